@@ -1,0 +1,225 @@
+"""The decoding loops: standard and speculative, one code path.
+
+Standard decoding is the speculative loop with nothing proposed: each step feeds what the
+target's KV cache lacks, reads k+1 next-token distributions, decides, emits, rolls back.
+
+One step (speculative):
+  1. the proposer drafts up to k tokens continuing the committed sequence;
+  2. the target verifies them in one forward pass over [pending..., d_1..d_k], keeping
+     logits only for the last k+1 positions;
+  3. acceptance (greedy or speculative sampling) keeps n of the k and adds one target token;
+  4. an EOS among the emitted tokens ends the sequence right after it;
+  5. both caches roll back to the committed prefix (one crop each);
+  6. the draft-length policy hears how the step went.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .acceptance import greedy_verify, speculative_verify
+from .adaptive import make_policy
+from .detok import IncrementalDetokenizer
+from .events import Stats, TokenEvent, TokenKind
+from .lm import CachedLM
+from .proposers.base import Proposal, Proposer
+from .sampling import SamplingParams, SettingsError, probabilities
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    max_new_tokens: int = 256
+    sampling: SamplingParams = SamplingParams()
+    draft_tokens: int | str = 4  # k >= 1, or "adaptive"
+    seed: int = 0  # the whole random stream of one generation derives from this
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise SettingsError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.draft_tokens != "adaptive":
+            if not isinstance(self.draft_tokens, int) or self.draft_tokens < 1:
+                raise SettingsError(f"draft length must be an integer >= 1 or 'adaptive', got {self.draft_tokens!r}")
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """Seed of sample `index` of a run seeded with `seed`: depends on those two only, so the
+    first m samples are the same whatever the number of samples asked for."""
+    return (seed * 1_000_003 + index * 7_919 + 0x5DEECE66D) % (2**63 - 1)
+
+
+class Generation:
+    """Iterate for TokenEvents; afterwards `stats`, `token_ids`, `text` hold the result."""
+
+    def __init__(self, gen: Iterator[TokenEvent], detok: IncrementalDetokenizer):
+        self._gen = gen
+        self._detok = detok
+        self.events: list[TokenEvent] = []
+        self.stats: Stats | None = None
+
+    def __iter__(self) -> Iterator[TokenEvent]:
+        while True:
+            try:
+                ev = next(self._gen)
+            except StopIteration as stop:
+                self.stats = stop.value
+                return
+            self.events.append(ev)
+            yield ev
+
+    def run(self) -> Generation:
+        for _ in self:
+            pass
+        return self
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [e.token_id for e in self.events]
+
+    @property
+    def kinds(self) -> list[str]:
+        return [e.kind.value for e in self.events]
+
+    @property
+    def text(self) -> str:
+        return self._detok.text()
+
+
+class Decoder:
+    """Decodes with one target model; pass a Proposer for speculative decoding, None for standard."""
+
+    def __init__(self, target: torch.nn.Module, tokenizer=None, eos_token_ids: list[int] | None = None):
+        self.target = CachedLM(target)
+        self.tokenizer = tokenizer
+        if eos_token_ids is None:
+            eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+            eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        self.eos = frozenset(eos_token_ids)
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        settings: DecodeSettings = DecodeSettings(),
+        proposer: Proposer | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Generation:
+        if not prompt_ids:
+            raise SettingsError("the prompt is empty: give at least one token")
+        detok = IncrementalDetokenizer(self.tokenizer)
+        return Generation(self._loop(list(prompt_ids), settings, proposer, cancel, detok), detok)
+
+    def _loop(self, ids, settings, proposer, cancel, detok) -> Iterator[TokenEvent]:
+        params = settings.sampling
+        rng = torch.Generator().manual_seed(settings.seed)
+        policy = make_policy(settings.draft_tokens) if proposer is not None else None
+        stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
+        target = self.target
+        target.reset()
+        target.forward_passes = 0
+        if proposer is not None:
+            proposer.reset()
+        t0 = time.perf_counter()
+        emitted = 0
+        step = 0
+        while True:
+            if cancel is not None and cancel.is_set():
+                stats.stop_reason = "cancelled"
+                break
+            remaining = settings.max_new_tokens - emitted
+            # 1. propose; never more than the budget can take (k accepted + 1 target token)
+            proposal = Proposal([])
+            t_draft = time.perf_counter()
+            if proposer is not None and remaining > 1:
+                k = min(policy.next_k(), remaining - 1)
+                proposal = proposer.propose(ids, k, params, rng)
+                stats.draft_forward_passes += proposal.forward_passes
+            draft = proposal.tokens
+            k = len(draft)
+            t_verify = time.perf_counter()
+            # 2. verify: one target pass over what its cache lacks plus the k proposals
+            pending = ids[target.length :]
+            logits = target.forward(pending + draft, logits_to_keep=k + 1)  # [k+1, V]
+            # 3. accept
+            verdict, margins = self._decide(draft, proposal.q_draft, logits, params, rng)
+            t_done = time.perf_counter()
+            new = draft[: verdict.n_accepted] + [verdict.next_token]
+            if proposer is None:
+                kinds = [TokenKind.STANDARD]
+            else:
+                kinds = [TokenKind.ACCEPTED] * verdict.n_accepted + [verdict.next_kind]
+            # 4. EOS inside the draft: an accepted EOS ends the text; later tokens never count
+            for i, tok in enumerate(new):
+                if tok in self.eos:
+                    new, kinds = new[: i + 1], kinds[: i + 1]
+                    break
+            if step == 0:
+                stats.prefill_seconds = t_done - t0
+            t = t_done - t0
+            for i, (tok, kind) in enumerate(zip(new, kinds)):
+                yield TokenEvent(
+                    tok,
+                    detok.push(tok),
+                    kind,
+                    step,
+                    None if proposer is None else i,
+                    t,
+                    None if margins is None else margins[i],
+                )
+            ids.extend(new)
+            emitted += len(new)
+            if proposer is not None and k > 0:
+                stats.draft_tokens += k
+                stats.accepted_draft_tokens += verdict.n_accepted
+                stats.draft_lengths.append(k)
+                _grow(stats.per_position_proposed, k)
+                _grow(stats.per_position_accepted, k)
+                for i in range(k):
+                    stats.per_position_proposed[i] += 1
+                for i in range(verdict.n_accepted):
+                    stats.per_position_accepted[i] += 1
+            # 5. roll back both caches to the committed prefix (all but the newest token)
+            target.rollback(len(ids) - 1)
+            if proposer is not None:
+                proposer.observe(ids, verdict.n_accepted)
+                # 6. the policy learns from the step's measured costs (not step 0's: its
+                # times include both models' prompt prefill, not the cost of k)
+                if k > 0 and step > 0:
+                    policy.observe(k, verdict.n_accepted, t_verify - t_draft, t_done - t_verify)
+            step += 1
+            if new[-1] in self.eos:
+                stats.stop_reason = "eos"
+                break
+            if emitted >= settings.max_new_tokens:
+                stats.stop_reason = "max_new_tokens"
+                break
+        stats.seconds = time.perf_counter() - t0
+        stats.new_tokens = emitted
+        stats.target_forward_passes = target.forward_passes
+        return stats
+
+    @staticmethod
+    def _decide(draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):
+        """logits [k+1, V] -> (Verdict, margins [k+1] or None)."""
+        k = len(draft)
+        if params.greedy:
+            # no softmax: argmax is all greedy needs (argmax, not topk, to break exact ties
+            # the way generate() does); the top-2 margin says how close each call was.
+            argmax = torch.argmax(logits, dim=-1).tolist()
+            top2 = torch.topk(logits.float(), 2, dim=-1).values
+            margins = (top2[:, 0] - top2[:, 1]).tolist()
+            return greedy_verify(draft, argmax), margins
+        p_target = probabilities(logits, params)  # [k+1, V]
+        u_accept = torch.rand(k, generator=rng)
+        u_next = float(torch.rand((), generator=rng))
+        tokens = torch.tensor(draft, dtype=torch.long, device=p_target.device)
+        q = None if q_draft is None else q_draft.to(p_target.device)
+        return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None
+
+
+def _grow(xs: list[int], n: int) -> None:
+    while len(xs) < n:
+        xs.append(0)

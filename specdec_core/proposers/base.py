@@ -1,0 +1,45 @@
+"""The Proposer protocol: propose up to k tokens, then hear how many the target kept.
+
+Mirrors transformers' candidate generators (get_candidates / update_candidate_strategy) in
+two methods, so a draft model, prompt lookup and later tree proposers are interchangeable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..sampling import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """tokens [k'] with k' <= k (may be empty: nothing to propose this step).
+
+    q_draft [k', V]: the distribution each token was actually sampled from, over the
+    target's ids; None for a deterministic proposer (prompt lookup, greedy drafting), which
+    the acceptance math treats as one-hot.
+    """
+
+    tokens: list[int]
+    q_draft: torch.Tensor | None = None
+    forward_passes: int = 0
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    name: str
+
+    def reset(self) -> None:
+        """Forget everything: a new sequence starts."""
+
+    def propose(
+        self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator
+    ) -> Proposal:
+        """Up to k tokens continuing `ids` (the committed sequence: prompt + emitted)."""
+
+    def observe(self, ids: list[int], n_accepted: int) -> None:
+        """The target kept n_accepted of the last proposal; `ids` is the new committed
+        sequence (it ends with the target's corrected or bonus token)."""

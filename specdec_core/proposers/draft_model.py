@@ -1,0 +1,50 @@
+"""A small draft model that proposes k tokens autoregressively with its own KV cache."""
+
+from __future__ import annotations
+
+import torch
+
+from ..lm import CachedLM
+from ..sampling import SamplingParams, probabilities, sample_from
+from .base import Proposal
+
+
+class DraftModelProposer:
+    name = "draft"
+
+    def __init__(self, model: torch.nn.Module, target_vocab_size: int):
+        # q_draft must live on the target's ids: trim/pad the draft's head to that width
+        # *before* warping, so what we sample from is exactly the q we report.
+        self.lm = CachedLM(model, vocab_size=target_vocab_size)
+
+    def reset(self) -> None:
+        self.lm.reset()
+
+    def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator) -> Proposal:
+        if k <= 0:
+            return Proposal([])
+        tokens: list[int] = []
+        q_rows: list[torch.Tensor] = []
+        start = self.lm.forward_passes
+        # Feed whatever the cache lacks: the prompt at first, then the target's last token
+        # (and, after an all-accepted step, the last draft token the draft never fed).
+        pending = ids[self.lm.length :]
+        for _ in range(k):
+            logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
+            if params.greedy:
+                tok = int(torch.argmax(logits))
+            else:
+                q = probabilities(logits[None], params)[0]  # [V]
+                u = float(torch.rand((), generator=rng))
+                tok = sample_from(q, u)
+                q_rows.append(q)
+            tokens.append(tok)
+            pending = [tok]
+        # The last proposed token is not fed: k passes give k tokens. observe() rolls back.
+        q_draft = torch.stack(q_rows) if q_rows else None
+        return Proposal(tokens, q_draft, self.lm.forward_passes - start)
+
+    def observe(self, ids: list[int], n_accepted: int) -> None:
+        # Keep the committed prefix the cache already holds; everything after the last
+        # accepted draft token (rejected drafts) goes. The new last token is fed next time.
+        self.lm.rollback(min(self.lm.length, len(ids) - 1))

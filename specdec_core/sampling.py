@@ -1,0 +1,84 @@
+"""The warped distribution: temperature, then top-k, then top-p -- exactly as transformers'
+`generate(do_sample=True)` builds it, by calling the very same warpers in the same order.
+
+The same function serves the target (p_target) and the draft (q_draft), so both sides of the
+acceptance test speak about the same kind of distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+
+class SettingsError(ValueError):
+    """Sampling settings out of range; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:  # also catches NaN
+            raise SettingsError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise SettingsError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise SettingsError(f"top-p must be in (0, 1] (1 = off), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [rows, V] -> warped float32 logits [rows, V] (-inf where filtered).
+
+    Row-wise, so a verification pass's k+1 rows are warped as k+1 independent next-token
+    distributions, each exactly as generate() would warp it.
+    """
+    scores = logits.float()
+    if params.greedy:
+        raise ValueError("greedy decoding has no warped distribution; use argmax")
+    # input_ids are unused by these three warpers; generate passes them, we pass a stand-in.
+    ids = scores.new_zeros((scores.shape[0], 1), dtype=torch.long)
+    if params.temperature != 1.0:
+        scores = TemperatureLogitsWarper(params.temperature)(ids, scores)
+    if params.top_k != 0:
+        scores = TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1)(ids, scores)
+    if params.top_p < 1.0:
+        scores = TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1)(ids, scores)
+    return scores
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [rows, V] -> probabilities [rows, V] float32 of the warped distribution."""
+    return torch.softmax(warp_logits(logits, params), dim=-1)
+
+
+def sample_from(probs: torch.Tensor, u: float) -> int:
+    """Inverse-CDF draw from one distribution probs [V] (need not be normalised) with u ~ U[0,1).
+
+    The random number is passed in so callers (and tests) control every draw. The result is
+    always a token with positive mass, even when u rounds up against the total.
+    """
+    cdf = torch.cumsum(probs.double(), dim=-1)
+    total = cdf[-1]
+    idx = int(torch.searchsorted(cdf, u * total, right=True))
+    idx = min(idx, probs.shape[-1] - 1)
+    # searchsorted never lands on a zero-mass token (its cdf equals its predecessor's); only
+    # the clamp above can, when rounding puts u * total at the very top: step back to mass.
+    while probs[idx] <= 0 and idx > 0:
+        idx -= 1
+    return idx
