@@ -157,3 +157,87 @@ def save_pair(tmp_path: Path | str) -> tuple[Path, Path]:
         save_model(tmp_path / "target", target, tokenizer),
         save_model(tmp_path / "draft", draft, tokenizer),
     )
+
+
+def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast,
+              quantized: bool = False) -> Path:
+    """Write `model` + `tokenizer` as a llama.cpp-style GGUF (arch qwen2, gpt2 tokenizer).
+
+    quantized=False: every tensor F32, so loading it back gives the same logits as `model`.
+    quantized=True: the 2-D weight matrices as Q8_0 (rows of 32), like a real quantized file.
+    The tensor and metadata names are llama.cpp's (what transformers' GGUF loader maps).
+    """
+    import gguf
+    import numpy as np
+
+    path = Path(path)
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), "qwen2")
+    w.add_name("tiny-qwen2")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quantized else gguf.LlamaFileType.ALL_F32)
+
+    vocab = tokenizer.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    special = set(tokenizer.all_special_tokens)
+    merges = [" ".join(m) for m in tokenizer.backend_tokenizer.model.get_merges()] \
+        if hasattr(tokenizer.backend_tokenizer.model, "get_merges") else _merges_from_json(tokenizer)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in special else gguf.TokenType.NORMAL for t in tokens])
+    w.add_token_merges(merges)
+    w.add_eos_token_id(tokenizer.eos_token_id)
+    w.add_pad_token_id(tokenizer.pad_token_id)
+    w.add_bos_token_id(tokenizer.pad_token_id)  # as Qwen2.5's GGUFs do
+    w.add_add_bos_token(False)
+    w.add_chat_template(tokenizer.chat_template)
+
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    per_layer = {
+        "input_layernorm.weight": "attn_norm.weight",
+        "post_attention_layernorm.weight": "ffn_norm.weight",
+        "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
+        "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
+        "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
+        "self_attn.o_proj.weight": "attn_output.weight",
+        "mlp.gate_proj.weight": "ffn_gate.weight",
+        "mlp.up_proj.weight": "ffn_up.weight",
+        "mlp.down_proj.weight": "ffn_down.weight",
+    }
+    for i in range(cfg.num_hidden_layers):
+        for hf, gg in per_layer.items():
+            names[f"model.layers.{i}.{hf}"] = f"blk.{i}.{gg}"
+    state = model.state_dict()
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # a missing output.weight tells loaders "tied"
+    for hf_name, tensor in state.items():
+        data = tensor.detach().to(torch.float32).numpy()
+        if quantized and data.ndim == 2 and data.shape[-1] % 32 == 0:
+            q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(names[hf_name], q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(names[hf_name], np.ascontiguousarray(data))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _merges_from_json(tokenizer) -> list[str]:
+    import json
+
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    return [" ".join(m) if isinstance(m, list) else m for m in merges]

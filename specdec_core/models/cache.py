@@ -1,0 +1,36 @@
+"""Where the models layer keeps its files: assembled GGUFs and their converted forms."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+APP_NAME = "specdec-chat"
+ENV_CACHE_DIR = "SPECDEC_CACHE_DIR"  # overrides the platform default; the tests point it at tmp
+
+
+def cache_dir() -> Path:
+    """The user cache dir (platformdirs), or $SPECDEC_CACHE_DIR when set. Not created here."""
+    override = os.environ.get(ENV_CACHE_DIR)
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def gguf_dir() -> Path:
+    """Assembled GGUF files of the embedded default pair."""
+    return cache_dir() / "gguf"
+
+
+def converted_dir() -> Path:
+    """Converted (dequantized, save_pretrained) forms of GGUF files, keyed by sha256 + dtype."""
+    return cache_dir() / "converted"
+
+
+def dir_size(path: Path) -> int:
+    """Total bytes of the files under path (0 when missing)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

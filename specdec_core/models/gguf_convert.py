@@ -1,0 +1,170 @@
+"""Loading a GGUF through transformers, and caching the dequantized result.
+
+transformers dequantizes a GGUF to `dtype` on load (for qwen2 it has no packed-GGUF kernels,
+and on CPU none at all): about a minute for the embedded 0.5B draft on 2 cores. We save the
+result once with save_pretrained (safetensors + tokenizer + generation_config) under
+<cache>/converted/<key>-<dtype>/, so later starts are a plain safetensors load.
+
+The key is the file's sha256 when known (the embedded pair), else a fingerprint of the
+file's absolute path, size and mtime (hashing a user's multi-GB file on every start would
+cost more than it saves). A conversion is written to a temporary folder and renamed into
+place, with a `complete.json` written last, so a crash never leaves a half cache that looks
+valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from . import cache
+from .errors import ModelError
+from .gguf_file import GgufSummary, inspect_gguf
+from .types import Progress
+
+_MARKER = "complete.json"
+
+
+def fingerprint(path: Path) -> str:
+    st = path.stat()
+    text = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def converted_path(key: str, dtype: str) -> Path:
+    return cache.converted_dir() / f"{key[:16]}-{dtype}"
+
+
+def read_marker(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / _MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def converted_entries(key: str | None = None) -> list[dict]:
+    """Complete conversions in the cache (those of `key` only, when given)."""
+    root = cache.converted_dir()
+    if not root.is_dir():
+        return []
+    out = []
+    for folder in sorted(root.iterdir()):
+        marker = read_marker(folder)
+        if marker is None or (key is not None and not folder.name.startswith(key[:16])):
+            continue
+        out.append({"path": str(folder), "bytes": cache.dir_size(folder), **marker})
+    return out
+
+
+def load_gguf_with_transformers(path: Path, summary: GgufSummary, dtype: str, progress: Progress | None):
+    """(model, tokenizer) straight from the GGUF: slow, dequantizes every tensor."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    folder, name = str(path.parent), path.name
+    if progress:
+        progress(f"reading tokenizer from {name}", None)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    if progress:
+        progress(f"dequantizing {name} to {dtype} (slow; done once, then cached)", None)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
+    # A GGUF carries no generation_config: rebuild the end-of-generation ids (see gguf_file).
+    eos = summary.eos_token_ids or [tokenizer.eos_token_id]
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos if len(eos) > 1 else eos[0],
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=model.config.bos_token_id,
+    )
+    return model, tokenizer
+
+
+def save_converted(model, tokenizer, target: Path, marker: dict, progress: Progress | None) -> str | None:
+    """Write the converted cache; returns a note on failure instead of failing the load."""
+    tmp = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    try:
+        if progress:
+            progress(f"saving converted model to {target}", None)
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _MARKER).write_text(json.dumps(marker, indent=1))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        return None
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return f"could not cache the converted model ({e.strerror or e}); the next start will be slow again"
+
+
+def load_converted(folder: Path, dtype: str, device_map):
+    """(model, tokenizer) from a converted cache folder."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=getattr(torch, dtype), use_safetensors=True, device_map=device_map
+    )
+    # Load tokenizer.json exactly as it was saved from the GGUF. AutoTokenizer would rebuild
+    # it through Qwen2Tokenizer (transformers forces that class for model_type qwen2), adding
+    # an NFC normalizer the GGUF tokenizer does not have -- the second start must tokenize
+    # exactly like the first.
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+    return model, tokenizer
+
+
+def load_gguf(path: Path, *, dtype: str, device: str, key: str | None, progress: Progress | None):
+    """(model, tokenizer, quantization label, notes) for a GGUF, via the converted cache.
+
+    `key`: the file's known sha256 (embedded pair) or None for a path/mtime fingerprint.
+    """
+    device_map = None if device == "cpu" else device
+    if key is not None:
+        # Known content: a complete conversion is enough, the GGUF need not even be read.
+        target = converted_path(key, dtype)
+        marker = read_marker(target)
+        if marker is not None:
+            if progress:
+                progress(f"loading converted {marker.get('name', path.name)}", None)
+            model, tokenizer = load_converted(target, dtype, device_map)
+            return model, tokenizer, marker["quantization"], [f"loaded from converted cache {target}"]
+
+    summary = inspect_gguf(path)
+    check_gguf_arch(summary)
+    if key is None:
+        key = fingerprint(path)
+    target = converted_path(key, dtype)
+    marker = read_marker(target)
+    if marker is not None:
+        if progress:
+            progress(f"loading converted {summary.name}", None)
+        model, tokenizer = load_converted(target, dtype, device_map)
+        return model, tokenizer, marker["quantization"], [f"loaded from converted cache {target}"]
+
+    model, tokenizer = load_gguf_with_transformers(path, summary, dtype, progress)
+    quantization = f"gguf-dequantized({summary.quantization})"
+    notes = [f"dequantized {path.name} on load"]
+    note = save_converted(
+        model,
+        tokenizer,
+        target,
+        {"source": str(path), "name": summary.name, "quantization": quantization, "dtype": dtype,
+         "eos_token_ids": summary.eos_token_ids},
+        progress,
+    )
+    notes.append(note or f"cached converted model in {target}")
+    if device_map is not None:
+        model.to(device)
+    return model, tokenizer, quantization, notes
+
+
+def check_gguf_arch(summary: GgufSummary) -> None:
+    """A clear refusal for GGUF architectures transformers cannot load."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    if summary.architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise ModelError(
+            f"{summary.path.name}: GGUF architecture {summary.architecture!r} is not supported by transformers"
+        )

@@ -1,0 +1,212 @@
+"""load_model: turn a SPEC into a LoadedModel, with one-line errors for everything a user can fix."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from . import default_pair, hub
+from .device import bnb_config, resolve_device, resolve_dtype, resolve_quantization, torch_dtype
+from .errors import ModelError
+from .gguf_convert import converted_path, load_gguf, read_marker
+from .spec import Spec, parse_spec
+from .types import LoadedModel, ModelInfo, Progress
+
+ROLES = ("target", "draft")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+# ---------------------------------------------------------------- memory figures
+
+
+def _rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def _gpu_allocated(device: str) -> int:
+    import torch
+
+    if device.startswith("cuda"):
+        return sum(torch.cuda.memory_allocated(i) for i in range(torch.cuda.device_count()))
+    return 0
+
+
+def measure_memory(model, device: str, gpu_before: int) -> int:
+    """GPU: the torch.cuda allocation delta (includes what bitsandbytes packs). Else the bytes of
+    parameters and buffers -- deterministic, where an RSS delta depends on what the allocator
+    and the page cache happen to do (the RSS delta is reported as a note)."""
+    if device.startswith("cuda"):
+        return max(0, _gpu_allocated(device) - gpu_before)
+    return int(model.get_memory_footprint(return_buffers=True))
+
+
+# ---------------------------------------------------------------- safetensors folders
+
+
+def _check_folder(folder: Path, allow_pickle: bool, label: str) -> None:
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"{label} is not a model folder (no config.json in {folder})")
+    files = [p.name for p in folder.iterdir() if p.is_file()]
+    if any(f.endswith(".safetensors") for f in files):
+        return
+    pickles = [f for f in files if f.endswith(_PICKLE_SUFFIXES)]
+    if pickles and not allow_pickle:
+        raise ModelError(
+            f"{label} has only pickle weights ({pickles[0]}), which can run arbitrary code when loaded; "
+            "convert it to safetensors, or pass --allow-pickle if you trust its source"
+        )
+    if not pickles:
+        hint = " (pickle weights are skipped unless --allow-pickle)" if not allow_pickle else ""
+        raise ModelError(f"{label} has no model weights (*.safetensors) in {folder}{hint}")
+
+
+def _load_folder(folder: Path, label: str, *, device: str, dtype: str, quantization: str,
+                 trust_remote_code: bool, allow_pickle: bool, progress: Progress | None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _check_folder(folder, allow_pickle, label)
+    kwargs = {
+        "dtype": torch_dtype(dtype),
+        "trust_remote_code": trust_remote_code,
+        # Without the opt-in, transformers itself refuses to unpickle anything.
+        "use_safetensors": None if allow_pickle else True,
+    }
+    if quantization != "none":
+        kwargs["quantization_config"] = bnb_config(quantization, dtype)
+    if device == "cuda":
+        kwargs["device_map"] = "auto"  # accelerate spreads a target too big for one GPU
+    elif device != "cpu":
+        kwargs["device_map"] = {"": device}
+    if progress:
+        progress(f"loading {label}", None)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str | None,
+              trust_remote_code: bool, allow_pickle: bool, progress: Progress | None):
+    """(model, tokenizer, name, source, quantization label, notes)."""
+    if sp.kind in ("default", "gguf", "hub-gguf"):
+        resolve_quantization(quantization, role=role, device=device, is_gguf=True)  # refuses nf4/int8
+        if sp.kind == "default":
+            em = default_pair.embedded(role)
+            # With a complete conversion for this sha256 the GGUF need not be assembled or read.
+            if read_marker(converted_path(em.sha256, dtype)) is None:
+                path = default_pair.ensure_assembled(em, progress)
+            else:
+                path = default_pair.assembled_path(em)
+            model, tok, quant, notes = load_gguf(path, dtype=dtype, device=device, key=em.sha256, progress=progress)
+            return model, tok, em.name, f"default:{role}", quant, notes
+        if sp.kind == "gguf":
+            path = sp.path
+        else:
+            path = hub.gguf_file(sp.repo_id, sp.filename, progress=progress)
+        model, tok, quant, notes = load_gguf(path, dtype=dtype, device=device, key=None, progress=progress)
+        return model, tok, Path(path).stem, sp.value, quant, notes
+
+    quant = resolve_quantization(quantization, role=role, device=device, is_gguf=False)
+    if sp.kind == "hub":
+        folder = hub.snapshot(sp.repo_id, allow_pickle=allow_pickle, progress=progress)
+        name = sp.repo_id
+    else:
+        folder = sp.path
+        name = sp.path.resolve().name
+    model, tok = _load_folder(folder, sp.value, device=device, dtype=dtype, quantization=quant,
+                              trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress)
+    return model, tok, name, sp.value, quant, []
+
+
+def _translate(e: BaseException, spec: str, device: str) -> ModelError:
+    """Library exceptions -> one line a user can act on."""
+    import torch
+
+    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None), torch.cuda.OutOfMemoryError) if t)
+    text = str(e)
+    if isinstance(e, (MemoryError, *oom_types)) or (
+        isinstance(e, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
+    ):
+        return ModelError(
+            f"out of memory while loading {spec} on {device}; close other programs, pick a smaller model, "
+            "use --quantization nf4 (CUDA), or a smaller --dtype"
+        )
+    if "trust_remote_code" in text:
+        return ModelError(
+            f"{spec} needs custom code from its repository; pass --trust-remote-code only if you trust it"
+        )
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return ModelError(f"could not load {spec}: {type(e).__name__}: {first}"[:400])
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return sorted(ids)
+
+
+def _device_label(model) -> str:
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map and len(set(map(str, device_map.values()))) > 1:
+        return "device_map(" + ",".join(sorted(set(map(str, device_map.values())))) + ")"
+    return str(next(model.parameters()).device)
+
+
+def load_model(
+    spec: str,
+    *,
+    role: str = "target",
+    device: str = "auto",
+    dtype: str = "auto",
+    quantization: str | None = None,
+    trust_remote_code: bool = False,
+    allow_pickle: bool = False,
+    progress: Progress | None = None,
+) -> LoadedModel:
+    """Load a model SPEC (folder | .gguf | hub id | owner/repo/file.gguf | 'default') for `role`.
+
+    Raises ModelError (one line) for anything the user can fix. The model is in eval mode.
+    """
+    if role not in ROLES:
+        raise ModelError(f"unknown role {role!r}; use 'target' or 'draft'")
+    start = time.perf_counter()
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    sp = parse_spec(spec)
+    rss_before, gpu_before = _rss(), _gpu_allocated(device)
+    try:
+        model, tokenizer, name, source, quant, notes = _load_any(
+            sp, role, device=device, dtype=dtype, quantization=quantization,
+            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress,
+        )
+    except ModelError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- every other failure (MemoryError included) becomes one line
+        raise _translate(e, spec, device) from e
+    model.eval()
+    notes = list(notes) + [f"process RSS grew by {(_rss() - rss_before) / 2**30:.2f} GiB"]
+    info = ModelInfo(
+        name=name,
+        source=source,
+        # bitsandbytes packs weights into uint8; the meaningful dtype is the compute dtype.
+        dtype=dtype if quant in ("nf4", "int8") else str(next(model.parameters()).dtype).removeprefix("torch."),
+        quantization=quant,
+        device=_device_label(model),
+        memory_bytes=measure_memory(model, device, gpu_before),
+        load_seconds=time.perf_counter() - start,
+        notes=notes,
+    )
+    if progress:
+        progress(f"loaded {name}", 1.0)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, eos_token_ids=_eos_ids(model, tokenizer))
