@@ -71,6 +71,7 @@ def load_gguf_with_transformers(path: Path, summary: GgufSummary, dtype: str, pr
     if progress:
         progress(f"dequantizing {name} to {dtype} (slow; done once, then cached)", None)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
+    _forget_gguf_quantizer(model)
     # A GGUF carries no generation_config: rebuild the end-of-generation ids (see gguf_file).
     eos = summary.eos_token_ids or [tokenizer.eos_token_id]
     model.generation_config = GenerationConfig(
@@ -79,6 +80,22 @@ def load_gguf_with_transformers(path: Path, summary: GgufSummary, dtype: str, pr
         bos_token_id=model.config.bos_token_id,
     )
     return model, tokenizer
+
+
+def _forget_gguf_quantizer(model) -> None:
+    """Make a dequantized GGUF model a plain one, so save_pretrained accepts it.
+
+    transformers leaves its GGUF quantizer attached even when every weight was dequantized
+    to an ordinary tensor (always for qwen2, which has no packed-GGUF kernels), and refuses
+    to save a model with a non-serializable quantizer. With nothing packed, the quantizer
+    has nothing left to describe, and removing it is what its own dequantize() does.
+    """
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return
+    if getattr(quantizer, "packed_modules", None):
+        raise ModelError("this GGUF was loaded with packed GGUF kernels, which this app does not support yet")
+    quantizer.remove_quantization_config(model)
 
 
 def save_converted(model, tokenizer, target: Path, marker: dict, progress: Progress | None) -> str | None:

@@ -35,7 +35,7 @@ def _file_type_name(file_type: int | None, tensor_types: list[int]) -> str:
 
     if file_type is not None:
         try:
-            return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+            return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             pass
     if not tensor_types:

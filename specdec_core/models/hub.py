@@ -49,6 +49,9 @@ def _translate(e: Exception, label: str) -> ModelError:
     """huggingface_hub's exceptions -> one-line ModelErrors."""
     from huggingface_hub import errors as hf_errors
 
+    # First: it subclasses EntryNotFoundError.
+    if isinstance(e, hf_errors.LocalEntryNotFoundError):  # offline mode, or the network is down
+        return _offline_error(label)
     if isinstance(e, hf_errors.GatedRepoError):
         return ModelError(f"{label} is gated on the hub: accept its licence on huggingface.co and run `hf auth login`")
     if isinstance(e, hf_errors.RepositoryNotFoundError):
@@ -57,8 +60,6 @@ def _translate(e: Exception, label: str) -> ModelError:
         return ModelError(f"{label}: revision not found on the hub")
     if isinstance(e, hf_errors.EntryNotFoundError):
         return ModelError(f"{label}: file not found in that hub repo")
-    if isinstance(e, hf_errors.LocalEntryNotFoundError):  # offline mode, or the network is down
-        return _offline_error(label)
     if isinstance(e, OSError) and "No space left" in str(e):
         return ModelError(f"no disk space left while downloading {label}; free space or set HF_HOME elsewhere")
     # requests/httpx connection errors: their classes differ across huggingface_hub versions
