@@ -1,8 +1,78 @@
-"""specdec-chat entry point (placeholder until the GUI lands)."""
+"""`specdec-chat`: the desktop chat window.
 
+    specdec-chat                                  # the embedded default pair
+    specdec-chat --target SPEC --draft SPEC       # any compatible pair (folder, .gguf, hub id)
+    specdec-chat --draft none                     # target only (standard / prompt lookup)
+    specdec-chat --data-dir DIR                   # chats stored under DIR instead of the user data folder
+    specdec-chat --version
+    specdec-chat --self-test                      # offscreen smoke test, one line per check, exit 0/1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
 import sys
 
 
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specdec-chat", description="Chat with exact speculative decoding, live.")
+    p.add_argument("--target", default="default", metavar="SPEC", help="target model SPEC (default: embedded pair)")
+    p.add_argument("--draft", default="default", metavar="SPEC",
+                   help="draft model SPEC, or 'none' for no draft (default: embedded pair)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps (default: auto)")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16 (default: auto)")
+    p.add_argument("--quantization", default=None, help="none | nf4 | int8 (target; default: none)")
+    p.add_argument("--data-dir", default=None, metavar="DIR", help="where chats are stored (default: user data folder)")
+    p.add_argument("--theme", default="auto", choices=("auto", "light", "dark"), help="colour theme (default: auto)")
+    p.add_argument("--self-test", action="store_true", help="open offscreen, generate a few tokens, check, exit 0/1")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def load_request_from_args(args):
+    from .worker import LoadRequest
+
+    draft = None if str(args.draft).lower() in ("none", "") else args.draft
+    quant = None if args.quantization in (None, "none") else args.quantization
+    return LoadRequest(args.target, draft, args.device, args.dtype, quant)
+
+
 def main(argv: list[str] | None = None) -> int:
-    print("specdec-chat: the desktop window is not built yet; use `specdec generate`.", file=sys.stderr)
-    return 0
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.version:
+        from specdec_core import __version__
+
+        print(f"specdec-chat {__version__}")
+        return 0
+    if args.self_test:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+        from .selftest import run_self_test
+
+        return run_self_test(args)
+
+    from PySide6.QtWidgets import QApplication
+
+    from .main_window import MainWindow
+    from .theme import app_icon, apply_theme
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("SpecDec Chat")
+    app.setOrganizationName("specdec-chat")
+    app.setDesktopFileName("specdec-chat")
+    app.setWindowIcon(app_icon())
+    theme = apply_theme(app, args.theme)
+    win = MainWindow(args.data_dir, theme, load_request_from_args(args))
+    win.show()
+    win.start_loading()
+    rc = app.exec()
+    ended = win.shutdown()
+    if not ended:  # a model load still running in the worker cannot be interrupted: leave now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,426 @@
+"""The chat view: one bubble per message, markdown rendered, assistant tokens coloured by kind.
+
+How colours and markdown live together: the message's text is rendered as markdown (python
+`markdown` -> HTML -> QTextDocument); then the raw text, whose every character belongs to one
+token, is aligned with the rendered document's characters (markdown syntax such as `**` or the
+code fences is skipped) and each run of characters gets its token's background. Hovering a
+character looks its token up in the same alignment and shows kind, step and draft position.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import markdown as md
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .theme import Theme
+
+LOOKAHEAD = 12  # raw characters skipped at most to find a rendered character (markdown syntax)
+CONTEXT_LOOKAHEAD = 40  # ... when the next few rendered characters match too (a fence with its language)
+RENDER_INTERVAL_MS = 40
+
+
+@dataclass
+class ViewToken:
+    """What the view keeps per assistant token (from a TokenEvent or from history)."""
+
+    token_id: int
+    text: str
+    kind: str
+    step: int
+    draft_position: int | None
+
+    @classmethod
+    def from_event(cls, ev) -> ViewToken:
+        kind = getattr(ev.kind, "value", ev.kind)
+        return cls(ev.token_id, ev.text, kind, ev.step, ev.draft_position)
+
+
+def markdown_to_html(text: str) -> str:
+    return md.markdown(text, extensions=["fenced_code", "tables", "sane_lists", "nl2br"], output_format="html")
+
+
+def align(raw: str, owners: list[int], doc_chars: list[str]) -> list[int]:
+    """For each document character, the index of the token that produced it (-1: none).
+
+    raw[i] was produced by token owners[i]. Rendered characters are found in order in the raw
+    text, skipping at most LOOKAHEAD raw characters (markdown syntax); whitespace matches
+    whitespace loosely (markdown folds newlines and spaces)."""
+    out = [-1] * len(doc_chars)
+    i, n = 0, len(raw)
+    last = -1
+    for j, c in enumerate(doc_chars):
+        if i >= n:
+            break
+        if c.isspace() or c in "\u2029\u2028\ufdd0\ufdd1\ufffc":
+            if raw[i].isspace():
+                last = owners[i]
+                out[j] = last
+                i += 1
+            elif c == " ":
+                out[j] = last
+            continue
+        hit = _best_hit(raw, i, n, doc_chars, j)
+        if hit < 0:
+            out[j] = last
+            continue
+        last = owners[hit]
+        out[j] = last
+        i = hit + 1
+    return out
+
+
+def _best_hit(raw: str, lo: int, hi: int, doc_chars: list[str], j: int, context: int = 4) -> int:
+    """The first place in raw[lo:hi] where doc_chars[j] occurs followed by the same next few
+    rendered characters (so a "p" of "python" in a code fence is not taken for the "p" of "print");
+    else the first place it occurs at all; -1 when nowhere."""
+    want = []
+    for c in doc_chars[j : j + context * 3]:
+        if c.isspace() or c in "\u2029\u2028\ufdd0\ufdd1\ufffc":
+            break
+        want.append(c)
+        if len(want) == context:
+            break
+    ctx = raw.find("".join(want), lo, min(hi, lo + CONTEXT_LOOKAHEAD) + len(want) - 1)
+    if ctx >= 0:
+        return ctx
+    return raw.find(want[0], lo, min(hi, lo + LOOKAHEAD))
+
+
+class TokenText(QTextBrowser):
+    """A read-only rich text view that is exactly as tall as its content (the page scrolls)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("BubbleText")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setOpenExternalLinks(True)
+        self.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
+        )
+        self.viewport().setMouseTracking(True)
+        self.document().setDocumentMargin(2)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.tokens: list[ViewToken] = []
+        self.position_tokens: list[int] = []  # document position -> token index (-1 none)
+        self._fit()
+
+    def _fit(self, *_):
+        h = int(self.document().size().height() + 0.999) + 2 * self.frameWidth() + 2
+        if h != self.height():
+            self.setFixedHeight(max(h, 22))
+
+    def resizeEvent(self, e):
+        super().resizeEvent(e)
+        self._fit()
+
+    def wheelEvent(self, e):  # let the chat page scroll
+        e.ignore()
+
+    def token_at(self, pos) -> ViewToken | None:
+        p = self.document().documentLayout().hitTest(QPointF(pos), Qt.HitTestAccuracy.ExactHit)
+        if 0 <= p < len(self.position_tokens):
+            idx = self.position_tokens[p]
+            if 0 <= idx < len(self.tokens):
+                return self.tokens[idx]
+        return None
+
+    def viewportEvent(self, e):
+        if e.type() == QEvent.Type.ToolTip:
+            tok = self.token_at(e.pos())
+            if tok is not None:
+                QToolTip.showText(e.globalPos(), token_tooltip(tok), self.viewport())
+            else:
+                QToolTip.hideText()
+                e.ignore()
+            return True
+        return super().viewportEvent(e)
+
+
+def token_tooltip(tok: ViewToken) -> str:
+    pos = "—" if tok.draft_position is None else str(tok.draft_position)
+    shown = tok.text.replace("\n", "⏎").replace(" ", "·") or "(part of a character)"
+    return (
+        f"<b>{tok.kind}</b><br>step {tok.step} · draft position {pos}<br>"
+        f"token {tok.token_id}: <code>{html.escape(shown)}</code>"
+    )
+
+
+class MessageWidget(QFrame):
+    """One bubble: role, meta line (speed, α…), copy button, the rendered text."""
+
+    def __init__(self, role: str, theme: Theme, colours: bool = True, parent=None):
+        super().__init__(parent)
+        self.role = role
+        self.theme = theme
+        self.colours = colours
+        self.text = ""
+        self.tokens: list[ViewToken] = []
+        self.streaming = False
+        self.error: str | None = None
+        self.setObjectName("Bubble")
+        self.setProperty("role", role)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(12, 8, 12, 10)
+        outer.setSpacing(4)
+        head = QHBoxLayout()
+        head.setSpacing(8)
+        self.role_label = QLabel({"user": "You", "assistant": "Assistant"}.get(role, role))
+        self.role_label.setObjectName("BubbleRole")
+        self.meta_label = QLabel("")
+        self.meta_label.setObjectName("BubbleMeta")
+        self.copy_button = QToolButton()
+        self.copy_button.setObjectName("CopyButton")
+        self.copy_button.setText("Copy")
+        self.copy_button.setToolTip("Copy this message (Markdown) to the clipboard")
+        self.copy_button.clicked.connect(self.copy)
+        head.addWidget(self.role_label)
+        head.addWidget(self.meta_label, 1)
+        head.addWidget(self.copy_button)
+        outer.addLayout(head)
+        self.view = TokenText(self)
+        outer.addWidget(self.view)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(RENDER_INTERVAL_MS)
+        self._timer.timeout.connect(self.render)
+
+    # -- content --------------------------------------------------------------------------
+    def set_text(self, text: str) -> None:
+        self.text = text
+        self.render()
+
+    def set_tokens(self, tokens: list[ViewToken]) -> None:
+        self.tokens = list(tokens)
+        self.text = "".join(t.text for t in self.tokens)
+        self.render()
+
+    def append_events(self, events) -> None:
+        new = [ViewToken.from_event(ev) for ev in events]
+        self.tokens.extend(new)
+        self.text += "".join(t.text for t in new)
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def set_streaming(self, on: bool) -> None:
+        self.streaming = on
+        if not on:
+            self._timer.stop()
+        self.render()
+
+    def set_error(self, message: str) -> None:
+        self.error = message
+        self.render()
+
+    def set_meta(self, text: str) -> None:
+        self.meta_label.setText(text)
+
+    def set_colours(self, on: bool) -> None:
+        if on != self.colours:
+            self.colours = on
+            self.render()
+
+    def copy(self) -> None:
+        QApplication.clipboard().setText(self.text)
+        self.copy_button.setText("Copied")
+        QTimer.singleShot(1200, self.copy_button, lambda: self.copy_button.setText("Copy"))
+
+    # -- rendering ------------------------------------------------------------------------
+    def _css(self) -> str:
+        v = self.theme.values
+        return (
+            f"pre {{ background-color: {v['code_bg']}; padding: 8px; margin-top: 4px; margin-bottom: 4px; }}"
+            "code { font-family: 'DejaVu Sans Mono', 'Menlo', 'Consolas', monospace; }"
+            f"table {{ border-collapse: collapse; }} td, th {{ border: 1px solid {v['border']}; padding: 3px; }}"
+            "p { margin-top: 0px; margin-bottom: 6px; }"
+        )
+
+    def render(self) -> None:
+        doc = self.view.document()
+        doc.setDefaultStyleSheet(self._css())
+        self.view.tokens = self.tokens
+        if self.role == "user":
+            doc.setPlainText(self.text)
+            self.view.position_tokens = []
+            return
+        body = self.text
+        if self.streaming and not body:
+            doc.setHtml(f"<p style='color:{self.theme.values['muted']}'>…</p>")
+            self.view.position_tokens = []
+            return
+        doc.setHtml(markdown_to_html(body))
+        self.view.position_tokens = []
+        if self.tokens:
+            self._colour(doc)
+        if self.error:
+            cur = QTextCursor(doc)
+            cur.movePosition(QTextCursor.MoveOperation.End)
+            cur.insertHtml(f"<p style='color:#c0392b'>⚠ {html.escape(self.error)}</p>")
+        if self.streaming:
+            cur = QTextCursor(doc)
+            cur.movePosition(QTextCursor.MoveOperation.End)
+            fmt = QTextCharFormat()
+            fmt.setForeground(self.theme.color("accent"))
+            cur.insertText(" ▍", fmt)
+
+    def _colour(self, doc: QTextDocument) -> None:
+        owners: list[int] = []
+        for idx, t in enumerate(self.tokens):
+            owners.extend([idx] * len(t.text))
+        count = doc.characterCount()
+        chars = [doc.characterAt(p) for p in range(count)]
+        pos_tokens = align(self.text, owners, chars)
+        self.view.position_tokens = pos_tokens
+        if not self.colours:
+            return
+        cur = QTextCursor(doc)
+        # alternate two shades per kind so neighbouring tokens of one kind stay distinguishable
+        formats = {(k, odd): self._fmt(k, odd) for k in ("accepted", "corrected", "bonus", "standard") for odd in (0, 1)}
+        start = 0
+        for p in range(1, count + 1):
+            if p == count or pos_tokens[p] != pos_tokens[start] or chars[p] in "\u2029\ufdd0\ufdd1":
+                idx = pos_tokens[start]
+                if idx >= 0 and chars[start] not in "\u2029\ufdd0\ufdd1":
+                    cur.setPosition(start)
+                    cur.setPosition(p, QTextCursor.MoveMode.KeepAnchor)
+                    cur.mergeCharFormat(formats[(self.tokens[idx].kind, idx % 2)])
+                start = p
+
+    def _fmt(self, kind: str, odd: int = 0) -> QTextCharFormat:
+        f = QTextCharFormat()
+        c = self.theme.kind_bg(kind)
+        if odd:
+            c.setAlpha(min(255, int(c.alpha() * 1.6)))
+        f.setBackground(c)
+        return f
+
+
+class ChatView(QScrollArea):
+    """Scrollable column of MessageWidgets, with an empty-state hint."""
+
+    def __init__(self, theme: Theme, parent=None):
+        super().__init__(parent)
+        self.theme = theme
+        self.colours = True
+        self.setObjectName("ChatScroll")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.canvas = QWidget()
+        self.canvas.setObjectName("ChatCanvas")
+        self.column = QVBoxLayout(self.canvas)
+        self.column.setContentsMargins(18, 14, 18, 14)
+        self.column.setSpacing(10)
+        self.hint = QLabel()
+        self.hint.setObjectName("Muted")
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setWordWrap(True)
+        self.column.addWidget(self.hint)
+        self.column.addStretch(1)
+        self.setWidget(self.canvas)
+        self.messages: list[MessageWidget] = []
+        self._stick = True
+        self.verticalScrollBar().rangeChanged.connect(self._on_range)
+        self.verticalScrollBar().valueChanged.connect(self._on_value)
+        self.set_hint("")
+
+    def set_hint(self, text: str) -> None:
+        self.hint.setText(text)
+        self.hint.setVisible(bool(text) and not self.messages)
+
+    def add_message(self, role: str) -> MessageWidget:
+        w = MessageWidget(role, self.theme, self.colours)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        if role == "user":
+            row.addSpacing(90)
+            row.addWidget(w, 1)
+        else:
+            row.addWidget(w, 1)
+            row.addSpacing(30)
+        holder = QWidget()
+        holder.setLayout(row)
+        w.holder = holder
+        self.column.insertWidget(self.column.count() - 1, holder)
+        self.messages.append(w)
+        self.hint.setVisible(False)
+        self._stick = True
+        return w
+
+    def remove_last(self) -> None:
+        if self.messages:
+            w = self.messages.pop()
+            self.column.removeWidget(w.holder)
+            w.holder.deleteLater()
+        self.hint.setVisible(bool(self.hint.text()) and not self.messages)
+
+    def clear(self) -> None:
+        while self.messages:
+            self.remove_last()
+
+    def set_colours(self, on: bool) -> None:
+        self.colours = on
+        for m in self.messages:
+            m.set_colours(on)
+
+    def _on_range(self, _lo, hi):
+        if self._stick:
+            self.verticalScrollBar().setValue(hi)
+
+    def _on_value(self, value):
+        self._stick = value >= self.verticalScrollBar().maximum() - 8
+
+
+class Legend(QWidget):
+    """Colour swatches for the four kinds, and the switch that turns colouring off."""
+
+    toggled = Signal(bool)
+
+    def __init__(self, theme: Theme, parent=None):
+        from PySide6.QtWidgets import QCheckBox
+
+        super().__init__(parent)
+        self.theme = theme
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(18, 6, 18, 2)
+        lay.setSpacing(10)
+        from .theme import KIND_LABELS, KINDS
+
+        for kind in KINDS:
+            sw = QLabel(kind)
+            c = theme.kind_bg(kind)
+            fg = theme.kind_fg(kind)
+            sw.setStyleSheet(
+                f"QLabel {{ background: rgba({c.red()},{c.green()},{c.blue()},{c.alpha()}); "
+                f"border-left: 3px solid {fg.name()}; border-radius: 3px; padding: 1px 6px; }}"
+            )
+            sw.setToolTip(KIND_LABELS[kind])
+            lay.addWidget(sw)
+        lay.addStretch(1)
+        self.checkbox = QCheckBox("Colour tokens")
+        self.checkbox.setChecked(True)
+        self.checkbox.setToolTip("Switch colouring off for plain reading (Ctrl+T)")
+        self.checkbox.toggled.connect(self.toggled)
+        lay.addWidget(self.checkbox)
+
+
+def monospace_font() -> QFont:
+    return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)

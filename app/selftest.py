@@ -1,0 +1,69 @@
+"""`specdec-chat --self-test`: open the main window offscreen, load the pair, generate a few
+tokens in standard and in speculative mode, check the token kinds; one line per check; 0 or 1."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+
+SPECULATIVE_KINDS = {"accepted", "corrected", "bonus"}
+
+
+def _wait(app, predicate, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        app.processEvents()
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> int:
+    from PySide6.QtWidgets import QApplication
+
+    from .main import load_request_from_args
+    from .main_window import MainWindow
+    from .theme import apply_theme
+
+    out = out or sys.stdout
+    failures = 0
+
+    def check(name: str, ok: bool, detail: str = "") -> None:
+        nonlocal failures
+        failures += 0 if ok else 1
+        print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail else ""), file=out, flush=True)
+
+    app = QApplication.instance() or QApplication(["specdec-chat"])
+    theme = apply_theme(app, "light")
+    data_dir = args.data_dir or tempfile.mkdtemp(prefix="specdec-selftest-")
+    win = MainWindow(data_dir, theme, load_request or load_request_from_args(args))
+    win.show()
+    check("window opens", win.isVisible())
+    state = {"loaded": False, "error": None}
+    win.models_ready.connect(lambda: state.update(loaded=True))
+    win.load_error.connect(lambda m: state.update(error=m))
+    t0 = time.monotonic()
+    win.start_loading()
+    _wait(app, lambda: state["loaded"] or state["error"], timeout)
+    check("models load", state["loaded"], state["error"] or f"{time.monotonic() - t0:.1f} s")
+    if state["loaded"]:
+        win.side_panel.max_new.setValue(12)
+        for mode, expected in (("standard", {"standard"}), ("speculative", SPECULATIVE_KINDS)):
+            win.side_panel.set_mode(mode)
+            if mode == "speculative" and not win.side_panel.has_draft:
+                win.side_panel.proposer.setCurrentIndex(1)
+            done = {"reason": None}
+            conn = win.message_done.connect(lambda r: done.update(reason=r))
+            sent = win.send("Say hello in five words.")
+            _wait(app, lambda: done["reason"] is not None, timeout)
+            win.message_done.disconnect(conn)
+            kinds = [t.kind for t in win.messages[-1].tokens] if sent and done["reason"] else []
+            check(f"{mode}: tokens generated", bool(kinds), f"{len(kinds)} tokens, stop {done['reason']}")
+            check(f"{mode}: token kinds", bool(kinds) and set(kinds) <= expected, ",".join(sorted(set(kinds))))
+    ended = win.shutdown()
+    win.close()
+    check("worker stops", ended)
+    print(f"self-test: {'PASSED' if failures == 0 else f'{failures} check(s) FAILED'}", file=out, flush=True)
+    return 0 if failures == 0 else 1

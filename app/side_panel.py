@@ -1,0 +1,365 @@
+"""The side panel: live metrics of the message, the standard/speculative toggle, decoding and
+sampling settings, and the loaded models. Reads settings, shows numbers; never runs anything."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .theme import Theme
+
+
+def human_bytes(n: int | float | None) -> str:
+    if not n:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+class SpeedChart(QWidget):
+    """tokens/s over the message (x: seconds since the message started)."""
+
+    def __init__(self, theme: Theme, parent=None):
+        super().__init__(parent)
+        self.theme = theme
+        self.points: list[tuple[float, float]] = []
+        self.setMinimumHeight(90)
+        self.setToolTip("tokens/s over the current message (rate over the last few steps)")
+
+    def set_points(self, points: list[tuple[float, float]]) -> None:
+        self.points = list(points)
+        self.update()
+
+    def paintEvent(self, _e):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = QRectF(self.rect()).adjusted(34, 6, -6, -16)
+        muted = self.theme.color("muted")
+        border = self.theme.color("border")
+        p.setPen(QPen(border, 1))
+        p.drawRect(r)
+        font = p.font()
+        font.setPointSizeF(max(font.pointSizeF() - 2, 6))
+        p.setFont(font)
+        if len(self.points) < 2:
+            p.setPen(muted)
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, "tokens/s appear here")
+            return
+        t0 = self.points[0][0]
+        t1 = max(self.points[-1][0], t0 + 1e-6)
+        ymax = max(v for _, v in self.points) * 1.15 or 1.0
+        path = QPainterPath()
+        for i, (t, v) in enumerate(self.points):
+            x = r.left() + (t - t0) / (t1 - t0) * r.width()
+            y = r.bottom() - v / ymax * r.height()
+            path.moveTo(x, y) if i == 0 else path.lineTo(x, y)
+        fill = QPainterPath(path)
+        fill.lineTo(r.right(), r.bottom())
+        fill.lineTo(r.left(), r.bottom())
+        fill.closeSubpath()
+        c = QColor(self.theme.color("chart"))
+        c.setAlpha(50)
+        p.fillPath(fill, c)
+        p.setPen(QPen(self.theme.color("chart"), 2))
+        p.drawPath(path)
+        p.setPen(muted)
+        p.drawText(QRectF(0, r.top() - 2, 32, 14), Qt.AlignmentFlag.AlignRight, f"{ymax:.0f}")
+        p.drawText(QRectF(0, r.bottom() - 12, 32, 14), Qt.AlignmentFlag.AlignRight, "0")
+        p.drawText(QRectF(r.left(), r.bottom() + 1, r.width(), 14), Qt.AlignmentFlag.AlignRight, f"{t1 - t0:.1f} s")
+
+
+class PositionBars(QWidget):
+    """Acceptance rate at each draft position (position 1 = the first proposed token)."""
+
+    def __init__(self, theme: Theme, parent=None):
+        super().__init__(parent)
+        self.theme = theme
+        self.values: list[float] = []
+        self.setMinimumHeight(80)
+        self.setToolTip("acceptance rate at each draft position: how often the i-th proposed token was kept")
+
+    def set_values(self, values: list[float]) -> None:
+        self.values = list(values)
+        self.update()
+
+    def paintEvent(self, _e):
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = QRectF(self.rect()).adjusted(6, 4, -6, -16)
+        muted = self.theme.color("muted")
+        font = p.font()
+        font.setPointSizeF(max(font.pointSizeF() - 2, 6))
+        p.setFont(font)
+        if not self.values:
+            p.setPen(muted)
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, "per-position acceptance (speculative)")
+            return
+        n = len(self.values)
+        gap = 4
+        w = max((r.width() - gap * (n - 1)) / n, 2)
+        track = QColor(self.theme.color("border"))
+        fill = self.theme.kind_fg("accepted")
+        for i, v in enumerate(self.values):
+            x = r.left() + i * (w + gap)
+            p.setPen(Qt.PenStyle.NoPen)
+            p.setBrush(track)
+            p.drawRoundedRect(QRectF(x, r.top(), w, r.height()), 3, 3)
+            h = max(0.0, min(1.0, v)) * r.height()
+            p.setBrush(fill)
+            p.drawRoundedRect(QRectF(x, r.bottom() - h, w, h), 3, 3)
+            p.setPen(muted)
+            p.drawText(QRectF(x, r.bottom() + 1, w, 14), Qt.AlignmentFlag.AlignCenter, str(i + 1))
+
+
+class Metric(QWidget):
+    def __init__(self, caption: str, tooltip: str, parent=None):
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(0)
+        self.value = QLabel("—")
+        self.value.setObjectName("Metric")
+        cap = QLabel(caption)
+        cap.setObjectName("MetricCaption")
+        lay.addWidget(self.value)
+        lay.addWidget(cap)
+        self.setToolTip(tooltip)
+
+    def set(self, text: str) -> None:
+        self.value.setText(text)
+
+
+class SidePanel(QScrollArea):
+    settings_changed = Signal()
+
+    def __init__(self, theme: Theme, parent=None):
+        super().__init__(parent)
+        self.theme = theme
+        self.setObjectName("SidePanelScroll")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        body = QWidget()
+        body.setObjectName("SidePanel")
+        col = QVBoxLayout(body)
+        col.setContentsMargins(10, 4, 10, 10)
+        col.setSpacing(4)
+
+        # -- this message -------------------------------------------------------------
+        live = QGroupBox("This message")
+        grid = QGridLayout(live)
+        grid.setHorizontalSpacing(12)
+        self.m_speed = Metric("tokens/s", "decoding speed of this message (after the first token)")
+        self.m_alpha = Metric("acceptance α", "accepted / proposed draft tokens")
+        self.m_tau = Metric("tokens / step τ", "mean tokens emitted per target verification")
+        self.m_k = Metric("draft length k", "draft length of the latest step")
+        grid.addWidget(self.m_speed, 0, 0)
+        grid.addWidget(self.m_alpha, 0, 1)
+        grid.addWidget(self.m_tau, 1, 0)
+        grid.addWidget(self.m_k, 1, 1)
+        self.chart = SpeedChart(theme)
+        grid.addWidget(self.chart, 2, 0, 1, 2)
+        self.bars = PositionBars(theme)
+        grid.addWidget(self.bars, 3, 0, 1, 2)
+        self.summary = QLabel("")
+        self.summary.setObjectName("Muted")
+        self.summary.setWordWrap(True)
+        grid.addWidget(self.summary, 4, 0, 1, 2)
+        col.addWidget(live)
+
+        # -- decoding ----------------------------------------------------------------
+        dec = QGroupBox("Decoding")
+        form = QFormLayout(dec)
+        self.mode_button = QPushButton()
+        self.mode_button.setObjectName("ModeToggle")
+        self.mode_button.setCheckable(True)
+        self.mode_button.setChecked(True)
+        self.mode_button.setToolTip("Standard ↔ speculative: takes effect from the next message, no reload")
+        self.mode_button.toggled.connect(self._mode_toggled)
+        form.addRow(self.mode_button)
+        self.proposer = QComboBox()
+        self.proposer.addItem("Draft model", "draft")
+        self.proposer.addItem("Prompt lookup", "prompt-lookup")
+        form.addRow("Proposer", self.proposer)
+        krow = QHBoxLayout()
+        self.k_spin = QSpinBox()
+        self.k_spin.setRange(1, 16)
+        self.k_spin.setValue(4)
+        self.k_spin.setToolTip("draft length k: tokens proposed per verification")
+        self.adaptive = QCheckBox("adaptive")
+        self.adaptive.setToolTip("let the controller choose k from measured acceptance and cost")
+        self.adaptive.toggled.connect(lambda on: self.k_spin.setEnabled(not on))
+        krow.addWidget(self.k_spin)
+        krow.addWidget(self.adaptive)
+        form.addRow("Draft length", krow)
+        col.addWidget(dec)
+
+        # -- sampling ----------------------------------------------------------------
+        samp = QGroupBox("Sampling")
+        sform = QFormLayout(samp)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setDecimals(2)
+        self.temperature.setToolTip("0 = greedy")
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 100000)
+        self.top_k.setSpecialValueText("off")
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(1.0)
+        self.top_p.setToolTip("1 = off")
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        self.max_new = QSpinBox()
+        self.max_new.setRange(1, 8192)
+        self.max_new.setValue(256)
+        sform.addRow("Temperature", self.temperature)
+        sform.addRow("Top-k", self.top_k)
+        sform.addRow("Top-p", self.top_p)
+        sform.addRow("Seed", self.seed)
+        sform.addRow("Max new tokens", self.max_new)
+        col.addWidget(samp)
+
+        # -- models ------------------------------------------------------------------
+        models = QGroupBox("Models")
+        mlay = QVBoxLayout(models)
+        self.target_label = QLabel("target: loading…")
+        self.draft_label = QLabel("draft: loading…")
+        for lab in (self.target_label, self.draft_label):
+            lab.setWordWrap(True)
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            mlay.addWidget(lab)
+        col.addWidget(models)
+        col.addStretch(1)
+        self.setWidget(body)
+        self.setMinimumWidth(300)
+        self._mode_toggled(True)
+        self.has_draft = True
+
+    # -- settings -----------------------------------------------------------------------
+    def _mode_toggled(self, speculative: bool) -> None:
+        self.mode_button.setText("⚡ Speculative decoding" if speculative else "Standard decoding")
+        self.proposer.setEnabled(speculative)
+        self.k_spin.setEnabled(speculative and not self.adaptive.isChecked())
+        self.adaptive.setEnabled(speculative)
+        self.settings_changed.emit()
+
+    @property
+    def mode(self) -> str:
+        return "speculative" if self.mode_button.isChecked() else "standard"
+
+    def set_mode(self, mode: str) -> None:
+        self.mode_button.setChecked(mode == "speculative")
+
+    def settings(self) -> dict:
+        return {
+            "mode": self.mode,
+            "proposer": self.proposer.currentData(),
+            "draft_tokens": "adaptive" if self.adaptive.isChecked() else self.k_spin.value(),
+            "temperature": self.temperature.value(),
+            "top_k": self.top_k.value(),
+            "top_p": self.top_p.value(),
+            "seed": self.seed.value(),
+            "max_new_tokens": self.max_new.value(),
+        }
+
+    # -- models ---------------------------------------------------------------------------
+    def set_models(self, target: dict | None, draft: dict | None) -> None:
+        self.target_label.setText(_model_html("Target", target))
+        self.draft_label.setText(_model_html("Draft", draft) if draft else "<b>Draft</b>: none (prompt lookup only)")
+        self.has_draft = draft is not None
+        item = self.proposer.model().item(0)
+        item.setEnabled(self.has_draft)
+        if not self.has_draft:
+            self.proposer.setCurrentIndex(1)
+
+    def set_models_text(self, text: str) -> None:
+        self.target_label.setText(text)
+        self.draft_label.setText("")
+
+    # -- metrics --------------------------------------------------------------------------
+    def reset_metrics(self, mode: str) -> None:
+        for m in (self.m_speed, self.m_alpha, self.m_tau, self.m_k):
+            m.set("—")
+        self.chart.set_points([])
+        self.bars.set_values([])
+        self.summary.setText("generating…" if mode else "")
+
+    def show_live(self, live, mode: str, draft_setting) -> None:
+        self.m_speed.set(f"{live.tokens_per_second:.1f}")
+        self.chart.set_points(live.rate_series)
+        if mode == "speculative":
+            self.m_alpha.set(f"{live.acceptance_rate:.2f}")
+            self.m_tau.set(f"{live.mean_accepted_per_step:.2f}")
+            k = live.current_draft_length
+            label = "—" if k is None else str(k)
+            self.m_k.set(label + (" (adaptive)" if draft_setting == "adaptive" else ""))
+            self.bars.set_values(live.per_position_acceptance)
+        else:
+            self.m_alpha.set("—")
+            self.m_tau.set("1.00")
+            self.m_k.set("—")
+            self.bars.set_values([])
+        self.summary.setText(f"{live.tokens} tokens · {live.last_t:.2f} s")
+
+    def show_final(self, stats: dict, live) -> None:
+        """The engine's exact figures for a finished message (or the live ones when stopped)."""
+        mode = stats.get("mode", "standard")
+        tps = stats.get("tokens_per_second", live.tokens_per_second if live else 0.0)
+        self.m_speed.set(f"{tps:.1f}")
+        if live is not None:
+            self.chart.set_points(live.rate_series)
+        if mode == "speculative":
+            self.m_alpha.set(f"{stats.get('acceptance_rate', 0.0):.2f}")
+            self.m_tau.set(f"{stats.get('mean_accepted_per_step', 0.0):.2f}")
+            lengths = stats.get("draft_lengths") or []
+            self.m_k.set(str(lengths[-1]) if lengths else "—")
+            self.bars.set_values(stats.get("per_position_acceptance") or [])
+        else:
+            self.m_alpha.set("—")
+            self.m_tau.set(f"{stats.get('mean_accepted_per_step', 1.0):.2f}")
+            self.m_k.set("—")
+            self.bars.set_values([])
+        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped"}.get(
+            stats.get("stop_reason", ""), stats.get("stop_reason", "")
+        )
+        bits = [f"{stats.get('new_tokens', 0)} tokens", f"{stats.get('seconds', 0.0):.2f} s"]
+        if stats.get("prefill_seconds"):
+            bits.append(f"first token {stats['prefill_seconds'] * 1000:.0f} ms")
+        if mode == "speculative" and stats.get("proposer"):
+            bits.append(f"proposer {stats['proposer']}")
+        if reason:
+            bits.append(reason)
+        self.summary.setText(" · ".join(bits))
+
+
+def _model_html(role: str, info: dict | None) -> str:
+    if not info:
+        return f"<b>{role}</b>: —"
+    quant = info.get("quantization") or "none"
+    bits = [
+        f"<b>{role}</b>: {info.get('name') or '?'}",
+        f"{info.get('dtype') or '?'} · quantization {quant} · {info.get('device') or '?'}",
+        f"memory {human_bytes(info.get('memory_bytes'))}"
+        + (f" · loaded in {info['load_seconds']:.1f} s" if info.get("load_seconds") else ""),
+    ]
+    return "<br>".join(bits)

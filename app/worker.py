@@ -1,0 +1,216 @@
+"""The background worker: loads models and runs generations in a QThread.
+
+Rules (see DESIGN.md):
+- this module does not import torch, transformers or specdec_core's engine at import time; the
+  engine is imported lazily inside the worker thread's slots;
+- the worker never touches widgets: it only emits signals (queued to the GUI thread);
+- every generation request carries an id, echoed on each signal, so the GUI can drop anything
+  from a request it no longer waits for (a stopped generation never lands in a newer message);
+- stop is cooperative: the GUI sets the request's threading.Event directly (thread-safe); the
+  decoder checks it between steps and the worker stops forwarding tokens at once;
+- tokens are batched: one `tokens` signal about every 30 ms, not one per token.
+
+`start_worker()` is the one function that wires a Worker to its QThread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+BATCH_SECONDS = 0.030
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What to load. `factory`, when given, replaces Engine.load: it is called in the worker
+    thread as factory(progress) and must return an Engine-like object (tests, self-test)."""
+
+    target: str = "default"
+    draft: str | None = "default"
+    device: str = "auto"
+    dtype: str = "auto"
+    quantization: str | None = None
+    factory: Callable[[Callable[[str, float | None], None]], Any] | None = None
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One assistant message to generate. Plain values only: the GUI builds it without torch."""
+
+    request_id: int
+    messages: list[dict[str, str]]
+    mode: str = "speculative"  # "speculative" | "standard"
+    proposer: str = "draft"  # "draft" | "prompt-lookup"
+    draft_tokens: int | str = 4  # k, or "adaptive"
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+
+def _info_dict(loaded: Any) -> dict | None:
+    """LoadedModel.info -> a plain dict for the GUI (None when no model)."""
+    if loaded is None:
+        return None
+    info = getattr(loaded, "info", None)
+    keys = ("name", "source", "dtype", "quantization", "device", "memory_bytes", "load_seconds")
+    return {k: getattr(info, k, None) for k in keys}
+
+
+def _stats_dict(stats: Any) -> dict:
+    if stats is None:
+        return {}
+    if hasattr(stats, "to_dict"):
+        return stats.to_dict()
+    return dict(stats)
+
+
+class Worker(QObject):
+    """Lives in its own QThread. Call the request_* / stop methods from the GUI thread."""
+
+    # loading
+    progress = Signal(str, float)  # message, fraction in [0, 1] or -1 when unknown
+    loaded = Signal(object)  # {"target": info-dict, "draft": info-dict | None}
+    load_failed = Signal(str)  # one line for a dialog
+    # generation; every signal carries the request id first
+    started = Signal(int)
+    tokens = Signal(int, object)  # request id, [TokenEvent, ...]
+    finished = Signal(int, object)  # request id, Stats.to_dict() (+ "text")
+    failed = Signal(int, str)  # request id, message
+
+    # internal: queued hops from the GUI thread into the worker thread
+    _load_requested = Signal(object)
+    _generate_requested = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.engine: Any = None
+        self._lock = threading.Lock()
+        self._current: GenerateRequest | None = None
+        self._load_requested.connect(self._load)
+        self._generate_requested.connect(self._generate)
+
+    # -- GUI-thread API -------------------------------------------------------------------
+    def request_load(self, request: LoadRequest) -> None:
+        self._load_requested.emit(request)
+
+    def request_generate(self, request: GenerateRequest) -> None:
+        self._generate_requested.emit(request)
+
+    def stop(self, request_id: int | None = None) -> None:
+        """Cancel the running generation (or only `request_id`, when given). Thread-safe."""
+        with self._lock:
+            cur = self._current
+        if cur is not None and (request_id is None or cur.request_id == request_id):
+            cur.cancel.set()
+
+    # -- worker-thread slots --------------------------------------------------------------
+    @Slot(object)
+    def _load(self, request: LoadRequest) -> None:
+        def progress(message: str, fraction: float | None = None) -> None:
+            self.progress.emit(str(message), -1.0 if fraction is None else float(fraction))
+
+        try:
+            progress("Preparing models…", 0.0)
+            if request.factory is not None:
+                engine = request.factory(progress)
+            else:
+                from specdec_core.engine import Engine  # lazily, in this thread
+
+                engine = Engine.load(
+                    request.target,
+                    request.draft,
+                    device=request.device,
+                    dtype=request.dtype,
+                    quantization=request.quantization,
+                    progress=progress,
+                )
+        except Exception as exc:  # ModelError and anything else: one line for the dialog
+            self.load_failed.emit(_one_line(exc))
+            return
+        self.engine = engine
+        progress("Models ready", 1.0)
+        self.loaded.emit({"target": _info_dict(engine.target), "draft": _info_dict(engine.draft)})
+
+    @Slot(object)
+    def _generate(self, req: GenerateRequest) -> None:
+        if req.cancel.is_set():  # stopped before it even started: say so, emit no tokens
+            self.finished.emit(req.request_id, {"stop_reason": "cancelled", "new_tokens": 0})
+            return
+        if self.engine is None:
+            self.failed.emit(req.request_id, "no models are loaded yet")
+            return
+        with self._lock:
+            self._current = req
+        try:
+            self.started.emit(req.request_id)
+            from specdec_core.decoder import DecodeSettings  # lazily, in this thread
+            from specdec_core.sampling import SamplingParams
+
+            settings = DecodeSettings(
+                max_new_tokens=req.max_new_tokens,
+                sampling=SamplingParams(req.temperature, req.top_k, req.top_p),
+                draft_tokens=req.draft_tokens,
+                seed=req.seed,
+            )
+            prompt = self.engine.encode_chat(req.messages)
+            gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel)
+            batch: list = []
+            last = time.perf_counter()
+            for ev in gen:
+                if req.cancel.is_set():
+                    continue  # stopped: forward nothing more; the decoder ends within this step
+                batch.append(ev)
+                now = time.perf_counter()
+                if now - last >= BATCH_SECONDS:
+                    self.tokens.emit(req.request_id, batch)
+                    batch = []
+                    last = now
+            if batch and not req.cancel.is_set():
+                self.tokens.emit(req.request_id, batch)
+            stats = _stats_dict(gen.stats)
+            if req.cancel.is_set():
+                stats["stop_reason"] = "cancelled"
+            stats["text"] = gen.text
+            self.finished.emit(req.request_id, stats)
+        except Exception as exc:
+            traceback.print_exc()
+            self.failed.emit(req.request_id, _one_line(exc))
+        finally:
+            with self._lock:
+                self._current = None
+
+
+def _one_line(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()
+    text = msg[0] if msg else ""
+    return text if text else type(exc).__name__
+
+
+def start_worker(parent: QObject | None = None) -> tuple[Worker, QThread]:
+    """The one place a Worker is wired to its thread. Returns (worker, thread), thread running.
+
+    Shut down with stop_worker(worker, thread)."""
+    thread = QThread(parent)
+    thread.setObjectName("specdec-worker")
+    worker = Worker()
+    worker.moveToThread(thread)
+    thread.finished.connect(worker.deleteLater)
+    thread.start()
+    return worker, thread
+
+
+def stop_worker(worker: Worker, thread: QThread, timeout_ms: int = 10000) -> bool:
+    """Cancel what runs, end the thread's event loop and wait for it. True when it ended."""
+    worker.stop()
+    thread.quit()
+    return thread.wait(timeout_ms)

@@ -1,0 +1,114 @@
+#!/usr/bin/env python
+"""Open the chat window, run a short chat, save a PNG of the window.
+
+    python scripts/screenshot_chat.py out.png                      # tiny test models (seconds)
+    python scripts/screenshot_chat.py out.png --target default --draft default
+    xvfb-run -a python scripts/screenshot_chat.py out.png          # under a virtual X server
+
+Works offscreen (QT_QPA_PLATFORM=offscreen is set when there is no display). The chat runs one
+message in standard mode and one in speculative mode so both colourings show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("output", help="PNG path")
+    ap.add_argument("--target", default=None, help="target SPEC (default: tiny test models)")
+    ap.add_argument("--draft", default=None, help="draft SPEC ('none' for no draft)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--prompt", action="append", default=None,
+                    help="a user message (repeat for several; default: two short ones)")
+    ap.add_argument("--system", default="", help="system prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--theme", default="light", choices=("light", "dark", "auto"))
+    ap.add_argument("--size", default="1360x860", help="window size WxH")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    args = ap.parse_args()
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+    from app.theme import app_icon, apply_theme
+    from app.worker import LoadRequest
+
+    app = QApplication.instance() or QApplication(["specdec-chat"])
+    app.setWindowIcon(app_icon())
+    theme = apply_theme(app, args.theme)
+    if args.target is None:
+        from app_fixtures import tiny_factory
+
+        request = LoadRequest(factory=tiny_factory(eos=(2,)))
+        prompts = args.prompt or ["is the cat on the mat", "and the hat"]
+        max_new = args.max_new_tokens or 60
+    else:
+        draft = None if (args.draft or "").lower() in ("", "none") else args.draft
+        request = LoadRequest(args.target, draft, args.device, args.dtype)
+        prompts = args.prompt or [
+            "In two sentences: what is speculative decoding?",
+            "Write a Python function that reverses a string, with a one-line docstring.",
+        ]
+        max_new = args.max_new_tokens or 96
+
+    win = MainWindow(tempfile.mkdtemp(prefix="specdec-shot-"), theme, request)
+    w, h = (int(x) for x in args.size.split("x"))
+    win.resize(w, h)
+    win.show()
+    state = {"ready": False, "error": None, "done": 0}
+    win.models_ready.connect(lambda: state.update(ready=True))
+    win.load_error.connect(lambda m: state.update(error=m))
+    win.message_done.connect(lambda _r: state.update(done=state["done"] + 1))
+
+    def wait(pred) -> bool:
+        end = time.monotonic() + args.timeout
+        while time.monotonic() < end and not pred():
+            app.processEvents()
+            time.sleep(0.01)
+        return pred()
+
+    win.start_loading()
+    if not wait(lambda: state["ready"] or state["error"]) or state["error"]:
+        print(f"load failed: {state['error']}", file=sys.stderr)
+        win.shutdown()
+        return 1
+    win.system_prompt.setPlainText(args.system)
+    win.side_panel.max_new.setValue(max_new)
+    for i, prompt in enumerate(prompts):
+        # first message standard, the rest speculative: both colourings in one picture
+        win.side_panel.set_mode("standard" if (i == 0 and len(prompts) > 1) else "speculative")
+        want = state["done"] + 1
+        win.send(prompt)
+        if not wait(lambda: state["done"] >= want):
+            print("generation timed out", file=sys.stderr)
+            break
+    win.side_panel.set_mode("speculative")
+    end = time.monotonic() + 0.5  # let the last renders and layouts settle
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.02)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ok = win.grab().save(str(out))
+    win.shutdown()
+    win.close()
+    print(out if ok else "could not save the PNG")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Helpers for the app tests: an Engine on tiny models, built inside the worker thread.
+
+`tiny_factory(...)` returns a LoadRequest factory: called in the worker thread as
+factory(progress), it imports torch there (never on the GUI thread) and returns an Engine over
+tiny Qwen2 models: a target and a draft that is the target plus a little noise, so speculative
+decoding shows accepted, corrected and bonus tokens. eos ids are empty by default so a message
+runs to max_new_tokens (deterministic length).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Info:
+    name: str
+    source: str = "tests"
+    dtype: str = "float32"
+    quantization: str = "none"
+    device: str = "cpu"
+    memory_bytes: int = 0
+    load_seconds: float = 0.0
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class _Loaded:
+    model: object
+    tokenizer: object
+    info: object
+    eos_token_ids: list
+
+
+def _loaded(model, tokenizer, name, eos):
+    info_kw = dict(name=name, source="tests", dtype="float32", quantization="none", device="cpu",
+                   memory_bytes=sum(p.numel() * p.element_size() for p in model.parameters()), load_seconds=0.01)
+    try:
+        from specdec_core.models import LoadedModel, ModelInfo
+
+        return LoadedModel(model, tokenizer, ModelInfo(**info_kw), list(eos))
+    except Exception:  # the models package is not there (yet) or differs: same attributes
+        return _Loaded(model, tokenizer, _Info(**info_kw), list(eos))
+
+
+class _SlowGeneration:
+    """Wraps a Generation: sleeps before each event (to stop mid-stream reliably)."""
+
+    def __init__(self, gen, delay):
+        self._gen, self._delay = gen, delay
+
+    def __iter__(self):
+        for ev in self._gen:
+            time.sleep(self._delay)
+            yield ev
+
+    def __getattr__(self, name):
+        return getattr(self._gen, name)
+
+
+def tiny_factory(delay: float = 0.0, eos: tuple = (), with_draft: bool = True, noise: float = 0.05,
+                 report: bool = True):
+    """report=False: no progress of its own (the worker's two progress signals only)."""
+
+    def factory(progress):
+        import copy
+
+        import torch
+
+        from specdec_core.engine import Engine
+        from tiny_models import make_model, make_tokenizer
+
+        if not report:
+            progress = lambda *_a: None  # noqa: E731
+        torch.set_num_threads(1)  # tiny models: threads only cost (and the CPUs are shared)
+        progress("Building tiny target", 0.2)
+        tok = make_tokenizer()
+        target = make_model(len(tok), seed=0, hidden=32, layers=2)
+        draft = None
+        if with_draft:
+            progress("Building tiny draft", 0.6)
+            draft = copy.deepcopy(target)
+            g = torch.Generator().manual_seed(7)
+            with torch.no_grad():
+                for p in draft.parameters():
+                    p.add_(torch.randn(p.shape, generator=g) * noise * p.abs().mean())
+        engine = Engine(_loaded(target, tok, "tiny-target", eos),
+                        _loaded(draft, tok, "tiny-draft", eos) if draft is not None else None)
+        if delay:
+            inner = engine.generate
+
+            def slow_generate(*a, **kw):
+                return _SlowGeneration(inner(*a, **kw), delay)
+
+            engine.generate = slow_generate
+        return engine
+
+    return factory

@@ -1,0 +1,423 @@
+"""The desktop app on tiny models: worker signals, streaming round trip, mode toggle, stop,
+load errors, persistence, rendering. Offscreen; each test takes a second or two."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import io  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QKeySequence  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
+
+from app.chat_view import MessageWidget, ViewToken, align, token_tooltip  # noqa: E402
+from app.history import History  # noqa: E402
+from app.main_window import MainWindow  # noqa: E402
+from app.theme import Theme  # noqa: E402
+from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
+from app_fixtures import tiny_factory  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC_KINDS = {"accepted", "corrected", "bonus"}
+TIMEOUT = 60_000
+
+
+# -- fixtures -------------------------------------------------------------------------------
+@pytest.fixture
+def worker(qtbot):
+    w, thread = start_worker()
+    yield w
+    assert stop_worker(w, thread)
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    made = []
+
+    def make(data_dir=None, request=None, load=True, max_new=12):
+        win = MainWindow(data_dir or tmp_path / "data", Theme(False), request or LoadRequest(factory=tiny_factory()))
+        qtbot.addWidget(win)
+        made.append(win)
+        win.side_panel.max_new.setValue(max_new)
+        if load:
+            with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+                win.start_loading()
+        return win
+
+    yield make
+    for win in made:
+        assert win.shutdown()
+
+
+def record(*signals):
+    """[(signal index, args), ...] of every emission, in order."""
+    got = []
+    for i, sig in enumerate(signals):
+        sig.connect(lambda *args, i=i: got.append((i, args)))
+    return got
+
+
+def send_and_wait(qtbot, win, text):
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as blocker:
+        assert win.send(text)
+    return blocker.args[0]
+
+
+# -- worker -----------------------------------------------------------------------------
+def test_worker_load_signals_in_strict_order(qtbot, worker):
+    got = record(worker.progress, worker.loaded, worker.load_failed)
+    with qtbot.waitSignals([worker.progress, worker.progress, worker.loaded], order="strict", timeout=TIMEOUT):
+        worker.request_load(LoadRequest(factory=tiny_factory(report=False)))
+    assert [i for i, _ in got] == [0, 0, 1]
+    info = got[-1][1][0]
+    assert info["target"]["name"] == "tiny-target" and info["draft"]["name"] == "tiny-draft"
+    assert info["target"]["memory_bytes"] > 0
+
+
+def test_worker_generate_signals_in_strict_order(qtbot, worker):
+    with qtbot.waitSignal(worker.loaded, timeout=TIMEOUT):
+        worker.request_load(LoadRequest(factory=tiny_factory()))
+    req = GenerateRequest(7, [{"role": "user", "content": "the cat"}], mode="standard", max_new_tokens=1)
+    got = record(worker.started, worker.tokens, worker.finished, worker.failed)
+    with qtbot.waitSignals([worker.started, worker.tokens, worker.finished], order="strict", timeout=TIMEOUT):
+        worker.request_generate(req)
+    assert [i for i, _ in got] == [0, 1, 2]
+    (rid0,), (rid1, events), (rid2, stats) = (args for _, args in got)
+    assert rid0 == rid1 == rid2 == 7
+    assert len(events) == 1 and events[0].kind.value == "standard"
+    assert stats["new_tokens"] == 1 and stats["stop_reason"] == "max_new_tokens"
+
+
+def test_worker_streams_batches_then_finishes(qtbot, worker):
+    """A longer message: started, one or more token batches, finished; nothing else, all tagged."""
+    with qtbot.waitSignal(worker.loaded, timeout=TIMEOUT):
+        worker.request_load(LoadRequest(factory=tiny_factory(delay=0.004)))
+    seen = []
+    worker.started.connect(lambda rid: seen.append(("started", rid, None)))
+    worker.tokens.connect(lambda rid, evs: seen.append(("tokens", rid, evs)))
+    worker.failed.connect(lambda rid, msg: seen.append(("failed", rid, msg)))
+    req = GenerateRequest(3, [{"role": "user", "content": "is the cat on the mat"}], max_new_tokens=30, draft_tokens=3)
+    with qtbot.waitSignal(worker.finished, timeout=TIMEOUT) as b:
+        worker.request_generate(req)
+    names = [s[0] for s in seen]
+    assert names[0] == "started" and set(names[1:]) == {"tokens"} and len(names) >= 3  # batched, not 1 big lump
+    assert all(s[1] == 3 for s in seen) and b.args[0] == 3
+    events = [e for s in seen[1:] for e in s[2]]
+    assert len(events) == 30 == b.args[1]["new_tokens"]
+    assert len(seen) - 1 < len(events)  # several tokens per signal
+    assert "".join(e.text for e in events) == b.args[1]["text"]
+    assert {e.kind.value for e in events} <= SPEC_KINDS
+
+
+def test_worker_load_failure_is_one_line(qtbot, worker, tmp_path):
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    got = record(worker.progress, worker.loaded, worker.load_failed)
+    with qtbot.waitSignals([worker.progress, worker.load_failed], order="strict", timeout=TIMEOUT):
+        worker.request_load(LoadRequest(str(empty), None, "cpu"))
+    assert [i for i, _ in got] == [0, 2]
+    msg = got[-1][1][0]
+    assert msg and "\n" not in msg
+    assert worker.engine is None
+
+
+# -- the window -------------------------------------------------------------------------
+def test_send_stream_finish_history_round_trip(qtbot, make_window, tmp_path):
+    win = make_window(max_new=10)
+    batches = []
+    win.worker.tokens.connect(lambda rid, evs: batches.append(len(evs)))
+    requests = []
+    original = win.worker.request_generate
+    win.worker.request_generate = lambda r: (requests.append(r), original(r))
+    win.system_prompt.setPlainText("you are a cat")
+    assert send_and_wait(qtbot, win, "is the cat on the mat") == "max_new_tokens"
+    assert sum(batches) == 10
+    user, reply = win.messages
+    assert (user.role, user.content) == ("user", "is the cat on the mat")
+    assert reply.role == "assistant" and len(reply.tokens) == 10
+    assert reply.content == "".join(t.text for t in reply.tokens) and reply.content.strip()
+    assert reply.stats["mode"] == "speculative" and reply.stats["new_tokens"] == 10
+    # the bubble shows the streamed text
+    bubble = win.chat_view.messages[-1]
+    assert bubble.role == "assistant" and not bubble.streaming
+    assert bubble.text == reply.content
+    assert [t.kind for t in bubble.tokens] == [t.kind for t in reply.tokens]
+    # saved in SQLite as it finished
+    h = History(tmp_path / "data")
+    stored = h.messages(win.chat_id)
+    assert [(m.role, m.content) for m in stored] == [(m.role, m.content) for m in win.messages]
+    assert [t.kind for t in stored[1].tokens] == [t.kind for t in reply.tokens]
+    assert h.system_prompt(win.chat_id) == "you are a cat"
+    h.close()
+    # multi-turn: the second request carries system prompt + the whole conversation
+    send_and_wait(qtbot, win, "and the hat")
+    assert requests[0].messages == [{"role": "system", "content": "you are a cat"},
+                                    {"role": "user", "content": "is the cat on the mat"}]
+    assert requests[1].messages == requests[0].messages + [
+        {"role": "assistant", "content": reply.content}, {"role": "user", "content": "and the hat"}]
+    assert requests[0].request_id != requests[1].request_id
+    # export as Markdown
+    md = win.export_markdown(tmp_path / "chat.md").read_text()
+    assert "## You" in md and "is the cat on the mat" in md and reply.content.strip() in md
+    assert "you are a cat" in md
+
+
+def test_toggle_changes_kinds_of_next_message(qtbot, make_window):
+    win = make_window()
+    engine = win.worker.engine
+    win.side_panel.set_mode("standard")
+    send_and_wait(qtbot, win, "is the cat on the mat")
+    assert {t.kind for t in win.messages[-1].tokens} == {"standard"}
+    win.side_panel.mode_button.click()  # one click: speculative from the next message
+    assert win.side_panel.mode == "speculative"
+    send_and_wait(qtbot, win, "is the cat on the mat")
+    kinds = [t.kind for t in win.messages[-1].tokens]
+    assert set(kinds) <= SPEC_KINDS and "accepted" in kinds
+    assert win.worker.engine is engine  # no reload
+    assert win.messages[-1].stats["acceptance_rate"] > 0
+    win.side_panel.mode_button.click()
+    send_and_wait(qtbot, win, "the hat")
+    assert {t.kind for t in win.messages[-1].tokens} == {"standard"}
+
+
+def test_prompt_lookup_proposer_and_adaptive(qtbot, make_window):
+    win = make_window()
+    win.side_panel.proposer.setCurrentIndex(win.side_panel.proposer.findData("prompt-lookup"))
+    win.side_panel.adaptive.setChecked(True)
+    send_and_wait(qtbot, win, "the cat the cat the cat")
+    stats = win.messages[-1].stats
+    assert stats["proposer"] == "prompt-lookup" and stats["settings"]["draft_tokens"] == "adaptive"
+    assert {t.kind for t in win.messages[-1].tokens} <= SPEC_KINDS
+
+
+def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
+    win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=200)
+    with qtbot.waitSignal(win.worker.tokens, timeout=TIMEOUT):
+        assert win.send("is the cat on the mat")
+    stopped_id = win.active.request.request_id
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as b:
+        win.stop()
+    assert b.args[0] == "cancelled"
+    stopped = win.messages[-1]
+    n = len(stopped.tokens)
+    assert 0 < n < 200
+    bubble = win.chat_view.messages[-1]
+    text = bubble.text
+    # the worker ends the cancelled generation and says so, without sending more tokens
+    with qtbot.waitSignal(win.worker.finished, timeout=TIMEOUT, check_params_cb=lambda rid, s: rid == stopped_id) as f:
+        pass
+    assert f.args[1]["stop_reason"] == "cancelled"
+    qtbot.wait(100)
+    assert len(win.messages[-1].tokens) == n
+    assert len(bubble.tokens) == n and bubble.text == text
+    # a new message right away gets only its own tokens
+    win.side_panel.max_new.setValue(6)
+    send_and_wait(qtbot, win, "the hat")
+    assert len(win.messages[-1].tokens) == 6 and len(win.chat_view.messages[-1].tokens) == 6
+    assert len(win.messages[-3].tokens) == n and win.chat_view.messages[-3].text == text
+    # the stopped message was saved, marked as stopped
+    h = History(tmp_path / "data")
+    saved = h.messages(win.chat_id)
+    h.close()
+    assert len(saved) == 4 and len(saved[1].tokens) == n and saved[1].stats["stop_reason"] == "cancelled"
+
+
+def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
+    win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=100)
+    with qtbot.waitSignal(win.worker.tokens, timeout=TIMEOUT):
+        win.send("the cat")
+    old = win.active.request.request_id
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        win.stop()
+    win.side_panel.max_new.setValue(3)
+    win.send("the hat")
+    live = win.active.widget
+    before = list(live.tokens)
+    stale = win.messages[-2].tokens[0]
+    from specdec_core.events import TokenEvent, TokenKind
+
+    win._on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)])
+    assert win.dropped_batches >= 1 and live.tokens == before
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        pass
+    assert "STALE" not in win.messages[-1].content and len(win.messages[-1].tokens) == 3
+
+
+def test_regenerate_and_new_chat(qtbot, make_window):
+    win = make_window(max_new=6)
+    win.side_panel.temperature.setValue(1.0)
+    send_and_wait(qtbot, win, "the cat")
+    first = win.messages[-1]
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        win.regenerate()
+    assert len(win.messages) == 2 and win.messages[-1] is not first
+    assert win.messages[-1].stats["settings"]["seed"] != first.stats["settings"]["seed"]
+    assert len(win.chat_view.messages) == 2
+    h = History(win.history.data_dir)
+    assert len(h.messages(win.chat_id)) == 2
+    h.close()
+    chat = win.chat_id
+    win.new_chat()
+    assert win.chat_id is None and not win.chat_view.messages and win.messages == []
+    send_and_wait(qtbot, win, "the hat")
+    assert win.chat_id != chat and win.chat_list.count() == 2
+
+
+def test_error_dialog_on_bad_model_path_and_app_stays_usable(qtbot, make_window, tmp_path):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    win = make_window(request=LoadRequest(str(empty), None, "cpu"), load=False)
+    with qtbot.waitSignal(win.load_error, timeout=TIMEOUT) as b:
+        win.start_loading()
+    box = win.last_error_dialog
+    assert isinstance(box, QMessageBox) and box.isVisible()
+    assert box.icon() == QMessageBox.Icon.Critical and box.text() == b.args[0] and b.args[0]
+    assert not win.send_button.isEnabled() and not win.send("the cat")
+    box.close()
+    # still usable: load a working pair and chat
+    with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+        win.start_loading(LoadRequest(factory=tiny_factory()))
+    send_and_wait(qtbot, win, "the cat")
+    assert win.messages[-1].role == "assistant" and win.messages[-1].tokens
+
+
+def test_persistence_across_restart(qtbot, make_window, tmp_path):
+    data = tmp_path / "persist"
+    win = make_window(data_dir=data)
+    send_and_wait(qtbot, win, "is the cat on the mat")
+    before = [(m.role, m.content, [(t.text, t.kind, t.step, t.draft_position) for t in m.tokens]) for m in win.messages]
+    assert win.shutdown()
+    win.close()
+
+    again = make_window(data_dir=data, load=False)
+    assert again.chat_list.count() == 1
+    item = again.chat_list.item(0)
+    assert item.text() == "is the cat on the mat"
+    again.open_chat(item.data(Qt.ItemDataRole.UserRole))
+    after = [(m.role, m.content, [(t.text, t.kind, t.step, t.draft_position) for t in m.tokens]) for m in again.messages]
+    assert after == before
+    bubble = again.chat_view.messages[-1]
+    assert [t.kind for t in bubble.tokens] == [k for _, k, _, _ in before[1][2]]
+    # colours come back: some rendered character carries its token's background
+    doc = bubble.view.document()
+    idx = next(i for i, t in enumerate(bubble.view.position_tokens) if t >= 0)
+    from PySide6.QtGui import QTextCursor
+
+    cur = QTextCursor(doc)
+    cur.setPosition(idx + 1)
+    kind = bubble.tokens[bubble.view.position_tokens[idx]].kind
+    assert cur.charFormat().background().color().rgb() == Theme(False).kind_bg(kind).rgb()
+
+
+# -- rendering --------------------------------------------------------------------------
+def test_markdown_code_blocks_colours_and_tooltips(qtbot):
+    pieces = ["Here", " is", " **", "bold", "**", " and", " `x`", "\n\n```", "python\n", "print", "(1)", "\n```\n"]
+    kinds = ["accepted", "accepted", "corrected", "bonus", "standard", "accepted", "accepted", "accepted", "accepted",
+             "corrected", "accepted", "bonus"]
+    tokens = [ViewToken(i, p, k, i // 3, i % 3) for i, (p, k) in enumerate(zip(pieces, kinds))]
+    w = MessageWidget("assistant", Theme(False))
+    qtbot.addWidget(w)
+    w.set_tokens(tokens)
+    doc = w.view.document()
+    plain = doc.toPlainText()
+    assert "**" not in plain and "```" not in plain and "bold" in plain and "print(1)" in plain
+    assert "<pre" in doc.toHtml() or "monospace" in doc.toHtml()
+    # alignment: the rendered "bold" belongs to the token "bold", "print" to "print"
+    pos = w.view.position_tokens
+    assert pos[plain.index("bold")] == 3 and pos[plain.index("print")] == 9
+    from PySide6.QtGui import QTextCursor
+
+    cur = QTextCursor(doc)
+    cur.setPosition(plain.index("bold") + 1)
+    assert cur.charFormat().background().color().rgb() == Theme(False).kind_bg("bonus").rgb()
+    # colours off: no backgrounds
+    w.set_colours(False)
+    cur = QTextCursor(w.view.document())
+    cur.setPosition(plain.index("bold") + 1)
+    assert cur.charFormat().background().style() == Qt.BrushStyle.NoBrush
+    tip = token_tooltip(tokens[3])
+    assert "bonus" in tip and "step 1" in tip and "draft position 0" in tip
+    # copy button copies the raw markdown
+    w.copy_button.click()
+    from PySide6.QtWidgets import QApplication
+
+    assert QApplication.clipboard().text() == "".join(pieces)
+
+
+def test_align_skips_markdown_syntax():
+    raw = "a **b** c"
+    owners = [0, 0, 1, 1, 1, 1, 1, 2, 2]
+    assert align(raw, owners, list("a b c")) == [0, 0, 1, 1, 2]  # a folded space joins the token before it
+
+
+def test_keyboard(qtbot, make_window):
+    from PySide6.QtTest import QTest
+
+    win = make_window(max_new=4)
+    QTest.keyClicks(win.composer, "the cat")
+    QTest.keyClick(win.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    QTest.keyClicks(win.composer, "on the mat")
+    assert win.composer.toPlainText() == "the cat\non the mat"
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        QTest.keyClick(win.composer, Qt.Key.Key_Return)
+    assert win.messages[0].content == "the cat\non the mat" and win.composer.toPlainText() == ""
+    assert win.stop_action.shortcut() == QKeySequence("Esc")
+    assert win.quit_action.shortcut() == QKeySequence("Ctrl+Q")
+
+
+def test_about_shows_version(qtbot, make_window, monkeypatch):
+    from specdec_core import __version__
+
+    shown = []
+    monkeypatch.setattr(QMessageBox, "about", staticmethod(lambda parent, title, text: shown.append(text)))
+    win = make_window(load=False)
+    win.about()
+    assert shown and __version__ in shown[0]
+
+
+# -- entry point ------------------------------------------------------------------------
+def test_main_arguments_and_version(capsys):
+    from app.main import build_parser, load_request_from_args, main
+
+    args = build_parser().parse_args(["--target", "t", "--draft", "none", "--data-dir", "/x", "--device", "cpu",
+                                      "--dtype", "float32", "--self-test"])
+    req = load_request_from_args(args)
+    assert (req.target, req.draft, req.device, req.dtype) == ("t", None, "cpu", "float32")
+    assert args.data_dir == "/x" and args.self_test
+    from specdec_core import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"specdec-chat {__version__}"
+
+
+def test_self_test_on_tiny_models(qtbot, tmp_path):
+    from app.main import build_parser
+    from app.selftest import run_self_test
+
+    out = io.StringIO()
+    args = build_parser().parse_args(["--self-test", "--data-dir", str(tmp_path)])
+    assert run_self_test(args, load_request=LoadRequest(factory=tiny_factory()), timeout=60, out=out) == 0, out.getvalue()
+    lines = out.getvalue().splitlines()
+    assert any("standard: token kinds" in l and l.startswith("ok") for l in lines)
+    assert any("speculative: token kinds" in l and l.startswith("ok") for l in lines)
+
+
+def test_gui_modules_do_not_import_torch():
+    code = (
+        "import sys; import app.main, app.main_window, app.worker, app.chat_view, app.side_panel, "
+        "app.history, app.theme, app.metrics, app.selftest; "
+        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0, r.stdout + r.stderr
