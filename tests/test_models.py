@@ -476,3 +476,26 @@ def test_real_embedded_pair(monkeypatch):
         assert lm.info.quantization == "gguf-dequantized(Q4_K_M)"
         assert 151643 in lm.eos_token_ids and 151645 in lm.eos_token_ids
     assert len(target.tokenizer) == len(draft.tokenizer) == 151936
+
+
+# ---------------------------------------------------------------- `specdec models`
+
+
+def test_run_models_report(fake_embedded, tmp_path):
+    import io
+    import json
+    import types
+
+    from specdec_core.cli_models import run_models
+
+    default_pair.ensure_assembled(fake_embedded[0])
+    out = io.StringIO()
+    assert run_models(types.SimpleNamespace(json=False), out=out) == 0
+    text = out.getvalue()
+    for needle in ("Presets", "cpu-default", "gpu-7b", "Embedded default pair", "sha256 verified",
+                   "specdec cache", "Hugging Face cache", "auto device"):
+        assert needle in text, needle
+    out = io.StringIO()
+    run_models(types.SimpleNamespace(json=True), out=out)
+    report = json.loads(out.getvalue())
+    assert report["default_pair"]["target"]["assembled"] is True
