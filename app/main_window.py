@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
     def _build(self) -> None:
         split = QSplitter(Qt.Orientation.Horizontal)
         split.setChildrenCollapsible(False)
+        split.setHandleWidth(1)
 
         left = QWidget()
         llay = QVBoxLayout(left)
