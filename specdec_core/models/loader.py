@@ -156,11 +156,14 @@ def _eos_ids(model, tokenizer) -> list[int]:
     return sorted(ids)
 
 
-def _device_label(model) -> str:
-    device_map = getattr(model, "hf_device_map", None)
-    if device_map and len(set(map(str, device_map.values()))) > 1:
-        return "device_map(" + ",".join(sorted(set(map(str, device_map.values())))) + ")"
-    return str(next(model.parameters()).device)
+def _device_and_notes(model) -> tuple[str, list[str]]:
+    """A device string load_model accepts again (engine.py loads the draft on the target's
+    device): where the input embeddings live, plus a note when accelerate spread the model."""
+    device = str(model.get_input_embeddings().weight.device)
+    device_map = getattr(model, "hf_device_map", None) or {}
+    places = sorted(set(map(str, device_map.values())))
+    notes = [f"spread over {', '.join(places)} by accelerate device_map"] if len(places) > 1 else []
+    return device, notes
 
 
 def load_model(
@@ -195,14 +198,15 @@ def load_model(
     except Exception as e:  # noqa: BLE001 -- every other failure (MemoryError included) becomes one line
         raise _translate(e, spec, device) from e
     model.eval()
-    notes = list(notes) + [f"process RSS grew by {(_rss() - rss_before) / 2**30:.2f} GiB"]
+    device_label, map_notes = _device_and_notes(model)
+    notes = list(notes) + map_notes + [f"process RSS grew by {(_rss() - rss_before) / 2**30:.2f} GiB"]
     info = ModelInfo(
         name=name,
         source=source,
         # bitsandbytes packs weights into uint8; the meaningful dtype is the compute dtype.
         dtype=dtype if quant in ("nf4", "int8") else str(next(model.parameters()).dtype).removeprefix("torch."),
         quantization=quant,
-        device=_device_label(model),
+        device=device_label,
         memory_bytes=measure_memory(model, device, gpu_before),
         load_seconds=time.perf_counter() - start,
         notes=notes,
