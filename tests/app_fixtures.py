@@ -97,3 +97,27 @@ def tiny_factory(delay: float = 0.0, eos: tuple = (), with_draft: bool = True, n
         return engine
 
     return factory
+
+
+def relay(worker):
+    """A GUI-thread mirror of the worker's signals.
+
+    A plain Python callable connected to a signal emitted in the worker thread runs in the
+    worker thread (direct connection), and so would pytest-qt's waitSignals bookkeeping (its
+    timer cannot be stopped from another thread). Signal-to-signal connections to a QObject
+    living in the GUI thread are queued, so the mirror re-emits in the GUI thread, in order."""
+    from PySide6.QtCore import QObject, Signal
+
+    class Relay(QObject):
+        progress = Signal(str, float)
+        loaded = Signal(object)
+        load_failed = Signal(str)
+        started = Signal(int)
+        tokens = Signal(int, object)
+        finished = Signal(int, object)
+        failed = Signal(int, str)
+
+    r = Relay()
+    for name in ("progress", "loaded", "load_failed", "started", "tokens", "finished", "failed"):
+        getattr(worker, name).connect(getattr(r, name))
+    return r

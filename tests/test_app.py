@@ -25,7 +25,7 @@ from app.history import History  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
-from app_fixtures import tiny_factory  # noqa: E402
+from app_fixtures import relay, tiny_factory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_KINDS = {"accepted", "corrected", "bonus"}
@@ -41,12 +41,19 @@ def worker(qtbot):
 
 
 @pytest.fixture
+def sig(worker):
+    """The worker's signals, re-emitted in the GUI thread (see app_fixtures.relay)."""
+    return relay(worker)
+
+
+@pytest.fixture
 def make_window(qtbot, tmp_path):
     made = []
 
     def make(data_dir=None, request=None, load=True, max_new=12):
         win = MainWindow(data_dir or tmp_path / "data", Theme(False), request or LoadRequest(factory=tiny_factory()))
         qtbot.addWidget(win)
+        win.sig = relay(win.worker)
         made.append(win)
         win.side_panel.max_new.setValue(max_new)
         if load:
@@ -74,9 +81,9 @@ def send_and_wait(qtbot, win, text):
 
 
 # -- worker -----------------------------------------------------------------------------
-def test_worker_load_signals_in_strict_order(qtbot, worker):
-    got = record(worker.progress, worker.loaded, worker.load_failed)
-    with qtbot.waitSignals([worker.progress, worker.progress, worker.loaded], order="strict", timeout=TIMEOUT):
+def test_worker_load_signals_in_strict_order(qtbot, worker, sig):
+    got = record(sig.progress, sig.loaded, sig.load_failed)
+    with qtbot.waitSignals([sig.progress, sig.progress, sig.loaded], order="strict", timeout=TIMEOUT):
         worker.request_load(LoadRequest(factory=tiny_factory(report=False)))
     assert [i for i, _ in got] == [0, 0, 1]
     info = got[-1][1][0]
@@ -84,12 +91,12 @@ def test_worker_load_signals_in_strict_order(qtbot, worker):
     assert info["target"]["memory_bytes"] > 0
 
 
-def test_worker_generate_signals_in_strict_order(qtbot, worker):
-    with qtbot.waitSignal(worker.loaded, timeout=TIMEOUT):
+def test_worker_generate_signals_in_strict_order(qtbot, worker, sig):
+    with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT):
         worker.request_load(LoadRequest(factory=tiny_factory()))
     req = GenerateRequest(7, [{"role": "user", "content": "the cat"}], mode="standard", max_new_tokens=1)
-    got = record(worker.started, worker.tokens, worker.finished, worker.failed)
-    with qtbot.waitSignals([worker.started, worker.tokens, worker.finished], order="strict", timeout=TIMEOUT):
+    got = record(sig.started, sig.tokens, sig.finished, sig.failed)
+    with qtbot.waitSignals([sig.started, sig.tokens, sig.finished], order="strict", timeout=TIMEOUT):
         worker.request_generate(req)
     assert [i for i, _ in got] == [0, 1, 2]
     (rid0,), (rid1, events), (rid2, stats) = (args for _, args in got)
@@ -98,16 +105,16 @@ def test_worker_generate_signals_in_strict_order(qtbot, worker):
     assert stats["new_tokens"] == 1 and stats["stop_reason"] == "max_new_tokens"
 
 
-def test_worker_streams_batches_then_finishes(qtbot, worker):
+def test_worker_streams_batches_then_finishes(qtbot, worker, sig):
     """A longer message: started, one or more token batches, finished; nothing else, all tagged."""
-    with qtbot.waitSignal(worker.loaded, timeout=TIMEOUT):
+    with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT):
         worker.request_load(LoadRequest(factory=tiny_factory(delay=0.004)))
     seen = []
-    worker.started.connect(lambda rid: seen.append(("started", rid, None)))
-    worker.tokens.connect(lambda rid, evs: seen.append(("tokens", rid, evs)))
-    worker.failed.connect(lambda rid, msg: seen.append(("failed", rid, msg)))
+    sig.started.connect(lambda rid: seen.append(("started", rid, None)))
+    sig.tokens.connect(lambda rid, evs: seen.append(("tokens", rid, evs)))
+    sig.failed.connect(lambda rid, msg: seen.append(("failed", rid, msg)))
     req = GenerateRequest(3, [{"role": "user", "content": "is the cat on the mat"}], max_new_tokens=30, draft_tokens=3)
-    with qtbot.waitSignal(worker.finished, timeout=TIMEOUT) as b:
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as b:
         worker.request_generate(req)
     names = [s[0] for s in seen]
     assert names[0] == "started" and set(names[1:]) == {"tokens"} and len(names) >= 3  # batched, not 1 big lump
@@ -119,11 +126,11 @@ def test_worker_streams_batches_then_finishes(qtbot, worker):
     assert {e.kind.value for e in events} <= SPEC_KINDS
 
 
-def test_worker_load_failure_is_one_line(qtbot, worker, tmp_path):
+def test_worker_load_failure_is_one_line(qtbot, worker, sig, tmp_path):
     empty = tmp_path / "empty-model"
     empty.mkdir()
-    got = record(worker.progress, worker.loaded, worker.load_failed)
-    with qtbot.waitSignals([worker.progress, worker.load_failed], order="strict", timeout=TIMEOUT):
+    got = record(sig.progress, sig.loaded, sig.load_failed)
+    with qtbot.waitSignals([sig.progress, sig.load_failed], order="strict", timeout=TIMEOUT):
         worker.request_load(LoadRequest(str(empty), None, "cpu"))
     assert [i for i, _ in got] == [0, 2]
     msg = got[-1][1][0]
@@ -135,7 +142,7 @@ def test_worker_load_failure_is_one_line(qtbot, worker, tmp_path):
 def test_send_stream_finish_history_round_trip(qtbot, make_window, tmp_path):
     win = make_window(max_new=10)
     batches = []
-    win.worker.tokens.connect(lambda rid, evs: batches.append(len(evs)))
+    win.sig.tokens.connect(lambda rid, evs: batches.append(len(evs)))
     requests = []
     original = win.worker.request_generate
     win.worker.request_generate = lambda r: (requests.append(r), original(r))
@@ -202,7 +209,7 @@ def test_prompt_lookup_proposer_and_adaptive(qtbot, make_window):
 
 def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=200)
-    with qtbot.waitSignal(win.worker.tokens, timeout=TIMEOUT):
+    with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
         assert win.send("is the cat on the mat")
     stopped_id = win.active.request.request_id
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as b:
@@ -214,7 +221,7 @@ def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     bubble = win.chat_view.messages[-1]
     text = bubble.text
     # the worker ends the cancelled generation and says so, without sending more tokens
-    with qtbot.waitSignal(win.worker.finished, timeout=TIMEOUT, check_params_cb=lambda rid, s: rid == stopped_id) as f:
+    with qtbot.waitSignal(win.sig.finished, timeout=TIMEOUT, check_params_cb=lambda rid, s: rid == stopped_id) as f:
         pass
     assert f.args[1]["stop_reason"] == "cancelled"
     qtbot.wait(100)
@@ -234,7 +241,7 @@ def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
 
 def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=100)
-    with qtbot.waitSignal(win.worker.tokens, timeout=TIMEOUT):
+    with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
         win.send("the cat")
     old = win.active.request.request_id
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
