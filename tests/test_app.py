@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtCore import QPoint, Qt  # noqa: E402
 from PySide6.QtGui import QKeySequence  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
@@ -352,6 +352,14 @@ def test_markdown_code_blocks_colours_and_tooltips(qtbot):
     cur = QTextCursor(w.view.document())
     cur.setPosition(plain.index("bold") + 1)
     assert cur.charFormat().background().style() == Qt.BrushStyle.NoBrush
+    # hovering: the character under the mouse maps back to its token
+    w.resize(500, 200)
+    w.show()
+    qtbot.waitExposed(w)
+    cur = QTextCursor(w.view.document())
+    cur.setPosition(plain.index("bold") + 1)
+    rect = w.view.cursorRect(cur)
+    assert w.view.token_at(rect.center() + QPoint(2, 0)) is tokens[3]
     tip = token_tooltip(tokens[3])
     assert "bonus" in tip and "step 1" in tip and "draft position 0" in tip
     # copy button copies the raw markdown
