@@ -10,6 +10,7 @@ character looks its token up in the same alignment and shows kind, step and draf
 from __future__ import annotations
 
 import html
+import time
 from dataclasses import dataclass
 
 import markdown as md
@@ -255,6 +256,13 @@ class MessageWidget(QFrame):
         )
 
     def render(self) -> None:
+        t0 = time.perf_counter()
+        self._render()
+        # long messages take longer to lay out: re-render less often so typing stays smooth
+        spent_ms = (time.perf_counter() - t0) * 1000
+        self._timer.setInterval(int(max(RENDER_INTERVAL_MS, 3 * spent_ms)))
+
+    def _render(self) -> None:
         doc = self.view.document()
         doc.setDefaultStyleSheet(self._css())
         self.view.tokens = self.tokens
