@@ -14,7 +14,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import WORDS, make_model, make_tokenizer, save_gguf, save_model, save_pair  # noqa: E402
+from tiny_models import WORDS, make_model, make_tokenizer, save_gguf, save_pair  # noqa: E402
 
 from specdec_core import models  # noqa: E402
 from specdec_core.models import (  # noqa: E402
@@ -367,6 +367,23 @@ def test_hub_id_uses_local_cache_first(tmp_path, monkeypatch):
     lm = load_model("someone/tiny", device="cpu")
     assert seen["local"] is True and "*.bin" not in seen["patterns"]
     assert lm.info.source == "someone/tiny"
+
+
+def test_hub_gguf_file_uses_local_cache_first(tmp_path, monkeypatch):
+    tok = make_tokenizer()
+    path = save_gguf(tmp_path / "tiny.gguf", make_model(len(tok), seed=0), tok)
+    calls = []
+
+    def fake_hf_hub_download(repo_id, filename, local_files_only=False, **kw):
+        calls.append((repo_id, filename, local_files_only))
+        return str(path)
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hf_hub_download)
+    lm = load_model("someone/tiny-GGUF/tiny.gguf", device="cpu")
+    assert calls == [("someone/tiny-GGUF", "tiny.gguf", True)]
+    assert lm.info.quantization == "gguf-dequantized(F32)"
 
 
 def test_hub_connection_error_is_offline_message(monkeypatch):
