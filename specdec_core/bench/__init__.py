@@ -1,0 +1,1 @@
+"""The benchmark: runner, report writer, plots (`specdec bench`)."""

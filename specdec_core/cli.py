@@ -1,0 +1,240 @@
+"""`specdec` command line: generate, models, bench, race.
+
+Printing lives here; the engine only yields events and returns stats. Bad input exits 2 with
+one line on stderr (what is wrong and how to fix it), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+
+from . import __version__
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not usage + message
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _draft_tokens(value: str) -> int | str:
+    if value == "adaptive":
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--draft-tokens takes an integer k >= 1 or 'adaptive', got {value!r}")
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"--draft-tokens must be >= 1 (or 'adaptive'), got {k}")
+    return k
+
+
+def _prompt_ids(value: str) -> list[int]:
+    try:
+        ids = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--prompt-ids takes comma-separated token ids like 1,2,3, got {value!r}")
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"--prompt-ids needs at least one non-negative id, got {value!r}")
+    return ids
+
+
+def _positive_int(name: str):
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {value!r}")
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {n}")
+        return n
+
+    return parse
+
+
+def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
+    """--target/--draft/--device/--dtype/--quantization, shared by generate, bench and race."""
+    p.add_argument("--target", default="default", metavar="SPEC",
+                   help="local HF folder, .gguf file, hub id, or 'default' (the embedded target)")
+    if draft:
+        p.add_argument("--draft", default="default", metavar="SPEC",
+                       help="draft model SPEC (same forms); 'default' = the embedded draft")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--quantization", default=None, choices=["nf4", "int8", "none"],
+                   help="target quantization (default: nf4 on CUDA, none on CPU; GGUF keeps its own)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow model repos to run their own Python code (off unless you trust them)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=_positive_int("--max-new-tokens"), default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--draft-tokens", type=_draft_tokens, default=4, metavar="K|adaptive")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="specdec", description="Exact speculative decoding: generate, benchmark, compare.")
+    parser.add_argument("--version", action="version", version=f"specdec {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate text (standard or speculative)")
+    add_model_args(g)
+    g.add_argument("--mode", default="speculative", choices=["speculative", "standard"])
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="one user message, through the target's chat template")
+    src.add_argument("--prompt-ids", type=_prompt_ids, help="raw token ids, no template: 1,2,3")
+    add_sampling_args(g)
+    g.add_argument("--samples", type=_positive_int("--samples"), default=1)
+    g.add_argument("--proposer", default="draft", choices=["draft", "prompt-lookup"])
+    g.add_argument("--json", action="store_true", help="one JSON object per line per sample")
+
+    m = sub.add_parser("models", help="presets, what is cached, the default pair's status")
+    m.add_argument("--json", action="store_true")
+
+    from .bench.cli import add_bench_parser  # the benchmark owns its flags
+
+    add_bench_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "generate":
+            return run_generate(args)
+        if args.command == "models":
+            from .cli_models import run_models
+
+            return run_models(args)
+        if args.command == "bench":
+            from .bench.cli import run_bench
+
+            return run_bench(args)
+        raise UsageError(f"unknown command {args.command!r}")
+    except KeyboardInterrupt:
+        print("specdec: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 -- the one place that turns errors into a line
+        if _is_user_error(exc):
+            print(f"specdec: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
+
+
+def _is_user_error(exc: Exception) -> bool:
+    from .engine import EngineError
+    from .sampling import SettingsError
+
+    kinds: tuple[type, ...] = (UsageError, SettingsError, EngineError)
+    try:
+        from .models import ModelError
+
+        kinds += (ModelError,)
+    except ImportError:
+        pass
+    return isinstance(exc, kinds)
+
+
+def progress_printer():
+    """progress(message, fraction|None) -> a tqdm bar on stderr, one per message."""
+    from tqdm import tqdm
+
+    state: dict = {"bar": None, "msg": None}
+
+    def progress(message: str, fraction: float | None) -> None:
+        if message != state["msg"]:
+            if state["bar"] is not None:
+                state["bar"].close()
+            state["msg"] = message
+            state["bar"] = tqdm(total=100 if fraction is not None else None, desc=message, file=sys.stderr,
+                                leave=False, bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}"
+                                if fraction is not None else "{desc}... {elapsed}")
+        bar = state["bar"]
+        if fraction is not None:
+            bar.n = round(100 * min(max(fraction, 0.0), 1.0))
+            bar.refresh()
+        if fraction is not None and fraction >= 1.0:
+            bar.close()
+            state["bar"] = state["msg"] = None
+
+    return progress
+
+
+def settings_from_args(args, seed: int):
+    from .decoder import DecodeSettings
+    from .sampling import SamplingParams
+
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
+    return DecodeSettings(args.max_new_tokens, sampling, args.draft_tokens, seed)
+
+
+def load_engine(args, need_draft: bool):
+    from .engine import Engine
+
+    return Engine.load(
+        args.target,
+        args.draft if need_draft else None,
+        device=args.device,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        progress=progress_printer() if sys.stderr.isatty() else None,
+        trust_remote_code=args.trust_remote_code,
+    )
+
+
+KIND_COLOURS = {"accepted": "\x1b[32m", "corrected": "\x1b[33m", "bonus": "\x1b[36m", "standard": ""}
+
+
+def run_generate(args) -> int:
+    from .decoder import sample_seed
+
+    if args.prompt is None and args.prompt_ids is None:
+        raise UsageError("give --prompt TEXT or --prompt-ids 1,2,3")
+    settings_from_args(args, 0)  # validate sampling settings before loading anything
+    need_draft = args.mode == "speculative" and args.proposer == "draft"
+    engine = load_engine(args, need_draft)
+    if args.prompt_ids is not None:
+        vocab = engine.target.model.config.get_text_config().vocab_size
+        bad = [i for i in args.prompt_ids if i >= vocab]
+        if bad:
+            raise UsageError(f"--prompt-ids: id {bad[0]} is outside the target's vocabulary (size {vocab})")
+        prompt = args.prompt_ids
+    else:
+        prompt = engine.encode_prompt(args.prompt)
+    colour = sys.stdout.isatty() and not args.json
+    for i in range(args.samples):
+        settings = settings_from_args(args, sample_seed(args.seed, i))
+        gen = engine.generate(prompt, settings, mode=args.mode, proposer=args.proposer, cancel=threading.Event())
+        for ev in gen:
+            if not args.json:
+                piece = f"{KIND_COLOURS[ev.kind.value]}{ev.text}\x1b[0m" if colour and ev.text else ev.text
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        if args.json:
+            print(json.dumps({"token_ids": gen.token_ids, "kinds": gen.kinds, "text": gen.text,
+                              "stats": gen.stats.to_dict()}), flush=True)
+        else:
+            s = gen.stats
+            sys.stdout.write("\n")
+            line = f"[{s.mode}] {s.new_tokens} tokens in {s.seconds:.2f}s ({s.tokens_per_second:.1f} tok/s)"
+            if s.mode == "speculative":
+                line += (f", acceptance {s.acceptance_rate:.0%}, {s.mean_accepted_per_step:.2f} tokens/verification,"
+                         f" {s.target_forward_passes} target passes")
+            print(line + f", stop: {s.stop_reason}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Shared fixtures: tiny random Qwen2 models of the real architecture (no downloads)."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tiny_models import make_model, make_tokenizer
+
+
+def soften(model, factor: float):
+    """Divide every weight matrix by `factor`: tiny_models scales them up for clear-cut greedy
+    choices; the statistical tests want distributions with many tokens in play."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.div_(factor)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    tok = make_tokenizer()
+    v = len(tok)
+    target = make_model(v, seed=0, hidden=32, layers=2)
+    return SimpleNamespace(
+        tokenizer=tok,
+        vocab=v,
+        target=target,
+        # a weak draft that disagrees often (different weights entirely)
+        draft=make_model(v, seed=1, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32),
+        # a draft close to the target: the target plus a little noise
+        near_draft=_perturbed(target, seed=7, scale=0.05),
+    )
+
+
+def _perturbed(model, seed, scale):
+    import copy
+
+    m = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * p.abs().mean())
+    return m

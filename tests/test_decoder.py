@@ -1,0 +1,200 @@
+"""Tier 2: exact equalities against transformers, on tiny random models of the real
+architecture (Qwen2), float32: speculative greedy == standard greedy == generate()."""
+
+import threading
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from specdec_core.decoder import DecodeSettings, Decoder, sample_seed
+from specdec_core.events import TokenKind, first_divergence
+from specdec_core.lm import CachedLM
+from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
+from specdec_core.sampling import SamplingParams
+
+PROMPTS = [
+    [1, 5, 29, 7, 9, 11, 12, 7, 13, 2, 1, 6],
+    [1, 5, 33, 40, 41, 42, 43, 44, 2, 1, 6],
+    [30, 31, 32],
+    [7],  # a one-token prompt
+    [8, 9, 10, 8, 9, 10, 8, 9],  # repetitive: prompt lookup has matches
+]
+
+
+def hf_greedy(model, prompt, n, eos):
+    cfg = GenerationConfig(do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0)
+    out = model.generate(torch.tensor([prompt]), generation_config=cfg)
+    return out[0, len(prompt) :].tolist()
+
+
+def eos_of(model):
+    return list(model.generation_config.eos_token_id)
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_standard_greedy_equals_transformers(tiny, prompt):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    g = dec.generate(prompt, DecodeSettings(max_new_tokens=24)).run()
+    assert g.token_ids == hf_greedy(tiny.target, prompt, 24, eos_of(tiny.target))
+    assert set(g.kinds) == {"standard"}
+
+
+@pytest.mark.parametrize("draft_name", ["draft", "near_draft", "lookup"])
+@pytest.mark.parametrize("k", [1, 2, 4, 7, "adaptive"])
+def test_speculative_greedy_equals_standard_and_transformers(tiny, draft_name, k):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    if draft_name == "lookup":
+        prop = PromptLookupProposer()
+    else:
+        prop = DraftModelProposer(getattr(tiny, draft_name), tiny.vocab)
+    for prompt in PROMPTS:
+        ref = hf_greedy(tiny.target, prompt, 24, eos_of(tiny.target))
+        std = dec.generate(prompt, DecodeSettings(max_new_tokens=24)).run()
+        spec = dec.generate(prompt, DecodeSettings(max_new_tokens=24, draft_tokens=k), prop).run()
+        assert spec.token_ids == std.token_ids == ref, (prompt, first_divergence(std.events, spec.events))
+        assert len(spec.kinds) == len(spec.token_ids)
+        assert set(spec.kinds) <= {"accepted", "corrected", "bonus"}
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_draft_identical_to_target_never_rejects(tiny, k):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.target, tiny.vocab)
+    for prompt in PROMPTS:
+        g = dec.generate(prompt, DecodeSettings(max_new_tokens=20, draft_tokens=k), prop).run()
+        assert "corrected" not in g.kinds
+        assert g.stats.acceptance_rate == 1.0
+        assert g.stats.accepted_draft_tokens == g.stats.draft_tokens > 0
+
+
+def test_identical_draft_never_rejects_when_sampling(tiny):
+    # p == q: min(1, p/q) = 1 everywhere, so even sampled drafts are all kept.
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.target, tiny.vocab)
+    s = DecodeSettings(max_new_tokens=20, draft_tokens=3, sampling=SamplingParams(0.8, 20, 0.95), seed=5)
+    g = dec.generate(PROMPTS[0], s, prop).run()
+    assert "corrected" not in g.kinds and g.stats.acceptance_rate == 1.0
+
+
+def test_stats_add_up(tiny):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=30, draft_tokens=4), prop).run()
+    s = g.stats
+    kinds = g.kinds
+    assert s.new_tokens == len(g.token_ids) == 30 and s.stop_reason == "max_new_tokens"
+    assert s.accepted_draft_tokens == kinds.count("accepted")
+    # every target pass emits exactly one non-accepted token (corrected or bonus)
+    assert kinds.count("corrected") + kinds.count("bonus") == s.target_forward_passes
+    assert s.draft_tokens == sum(s.draft_lengths)
+    assert s.per_position_proposed[0] == len(s.draft_lengths)
+    assert sum(s.per_position_accepted) == s.accepted_draft_tokens
+    assert s.mean_accepted_per_step == pytest.approx(30 / s.target_forward_passes)
+    # the draft ran k passes per step (its prompt prefill is the first of them)
+    assert s.draft_forward_passes == s.draft_tokens
+    steps = [e.step for e in g.events]
+    assert steps == sorted(steps)
+    assert all(e.t >= 0 for e in g.events) and s.seconds >= g.events[-1].t
+
+
+def test_eos_inside_draft_stops_right_after_it(tiny):
+    # Make <|im_end|> (id 2) the target's greedy choice after "cat": find the position where
+    # standard decoding emits it, then check speculative stops at the same place.
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    std = dec.generate(PROMPTS[1], DecodeSettings(max_new_tokens=40)).run()
+    stop_tok = std.token_ids[5]
+    dec_eos = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[stop_tok])
+    std_eos = dec_eos.generate(PROMPTS[1], DecodeSettings(max_new_tokens=40)).run()
+    first = std.token_ids.index(stop_tok)
+    assert std_eos.token_ids == std.token_ids[: first + 1] and std_eos.stats.stop_reason == "eos"
+    for prop in (DraftModelProposer(tiny.target, tiny.vocab), DraftModelProposer(tiny.draft, tiny.vocab)):
+        spec = dec_eos.generate(PROMPTS[1], DecodeSettings(max_new_tokens=40, draft_tokens=6), prop).run()
+        assert spec.token_ids == std_eos.token_ids
+        assert spec.stats.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 9])
+def test_max_new_tokens_is_exact(tiny, n):
+    dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
+    prop = DraftModelProposer(tiny.target, tiny.vocab)  # accepts everything: would overshoot
+    g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=n, draft_tokens=8), prop).run()
+    assert len(g.token_ids) == n and g.stats.stop_reason == "max_new_tokens"
+
+
+def test_cache_rollback_equals_fresh_run(tiny):
+    # Feed a prefix and 4 speculative tokens, roll back 3 of them, feed a new token: the logits
+    # must equal those of a fresh run on the accepted prefix plus that token.
+    prefix = [1, 5, 29, 7, 9]
+    drafts = [11, 12, 13, 14]
+    lm = CachedLM(tiny.target)
+    lm.reset()
+    lm.forward(prefix + drafts, logits_to_keep=5)
+    lm.rollback(len(prefix) + 1)  # keep the first draft token only
+    assert lm.length == len(prefix) + 1
+    rolled = lm.forward([20], logits_to_keep=1)
+    fresh = CachedLM(tiny.target)
+    fresh.reset()
+    ref = fresh.forward(prefix + drafts[:1] + [20], logits_to_keep=1)
+    torch.testing.assert_close(rolled, ref, rtol=1e-5, atol=1e-5)
+    assert lm.cache.get_seq_length() == len(prefix) + 2
+
+
+def test_draft_cache_tracks_committed_prefix(tiny):
+    # after every step, the draft cache holds a prefix of the committed sequence
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    gen = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=25, draft_tokens=3), prop)
+    seq = list(PROMPTS[0])
+    for ev in gen:
+        seq.append(ev.token_id)
+    assert prop.lm.length <= len(seq) - 1
+    assert dec.target.length == len(seq) - 1
+
+
+def test_cancel_from_another_thread_stops_between_steps(tiny):
+    dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
+    cancel = threading.Event()
+    gen = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=400, draft_tokens=2),
+                       DraftModelProposer(tiny.draft, tiny.vocab), cancel)
+    seen = []
+    for ev in gen:
+        seen.append(ev)
+        if len(seen) == 3:
+            t = threading.Thread(target=cancel.set)
+            t.start()
+            t.join()
+    assert gen.stats.stop_reason == "cancelled"
+    assert gen.stats.new_tokens == len(seen) < 10  # at most the step in flight finishes
+
+
+def test_seeded_sampling_is_reproducible_and_per_sample(tiny):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    params = SamplingParams(1.0, 0, 1.0)
+
+    def run(seed):
+        return dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=15, sampling=params, seed=seed), prop).run().token_ids
+
+    assert run(sample_seed(3, 0)) == run(sample_seed(3, 0))
+    outs = {tuple(run(sample_seed(3, i))) for i in range(6)}
+    assert len(outs) > 1  # different samples differ
+    assert sample_seed(3, 1) != sample_seed(4, 0) and sample_seed(3, 0) != sample_seed(3, 1)
+
+
+def test_events_carry_greedy_margins_and_text(tiny):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=10)).run()
+    assert all(e.margin is not None and e.margin >= 0 for e in g.events)
+    assert "".join(e.text for e in g.events).strip() == g.text.strip()
+    assert g.events[0].kind is TokenKind.STANDARD and g.events[0].draft_position is None
+
+
+def test_first_divergence_reports_position_and_margin(tiny):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    a = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=10)).run().events
+    b = list(a[:4]) + [a[4].__class__(99, "", a[4].kind, 4, None, 0.0, 0.001)] + list(a[5:])
+    d = first_divergence(a, b)
+    assert d.position == 4 and d.token_b == 99 and d.margin == pytest.approx(min(a[4].margin, 0.001))
+    assert d.is_near_tie(0.01)
+    assert first_divergence(a, a) is None

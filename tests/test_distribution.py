@@ -1,0 +1,157 @@
+"""Tier 3: seeded statistics. Sampled tokens must follow the target's exact warped
+distribution -- standard and speculative, first and second token, with and without
+temperature / top-k / top-p -- with a draft that disagrees often (acceptance ~ 0.5).
+
+Seeded, so each run is the same run: a pass is not luck that can turn into a flake. The
+negative controls show the same test rejects a wrong sampler (it has power).
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from conftest import soften
+from specdec_core.acceptance import speculative_verify
+from specdec_core.decoder import DecodeSettings, Decoder, sample_seed
+from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
+from specdec_core.sampling import SamplingParams, probabilities
+
+PROMPT = [1, 5, 29, 7, 9, 11]
+N = 1000
+P_MIN = 1e-3  # seeded; a correct sampler sits well above this, a wrong one far below
+
+
+@pytest.fixture(scope="module")
+def soft(tiny):
+    target = soften(copy.deepcopy(tiny.target), 2.0)
+    draft = soften(copy.deepcopy(tiny.draft), 2.0)
+    return target, draft
+
+
+@torch.inference_mode()
+def exact_marginals(model, params):
+    """p(t1) and p(t2) = sum_t1 p(t1) p(t2 | t1), from the warped distributions."""
+    p1 = probabilities(model(torch.tensor([PROMPT])).logits[0, -1:], params)[0]
+    v = p1.shape[0]
+    batch = torch.tensor([PROMPT + [t] for t in range(v)])
+    p2_given = probabilities(model(batch).logits[:, -1], params)  # [V, V]
+    return p1.double(), (p1.double()[:, None] * p2_given.double()).sum(0)
+
+
+def gof_pvalue(samples, probs):
+    """Chi-square goodness of fit; cells expected < 5 pooled into one."""
+    n = len(samples)
+    counts = np.bincount(samples, minlength=len(probs)).astype(float)
+    exp = probs.numpy() * n
+    big = exp >= 5
+    obs_c = np.append(counts[big], counts[~big].sum())
+    exp_c = np.append(exp[big], exp[~big].sum())
+    if exp_c[-1] == 0:
+        if obs_c[-1] > 0:
+            return 0.0  # sampled a token of zero probability: as wrong as it gets
+        obs_c, exp_c = obs_c[:-1], exp_c[:-1]
+    exp_c *= obs_c.sum() / exp_c.sum()
+    return chisquare(obs_c, exp_c).pvalue
+
+
+CONFIGS = [
+    SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.7, top_k=8),
+    SamplingParams(temperature=1.3, top_p=0.8),
+]
+
+
+def draw(decoder, params, proposer, n=N, base_seed=11):
+    firsts, seconds = [], []
+    for i in range(n):
+        # 3 tokens with k = 2: the first step proposes 2, so the first two tokens cover
+        # accepted, corrected-at-1, corrected-at-2 and (via the third) the bonus path
+        s = DecodeSettings(max_new_tokens=3, sampling=params, draft_tokens=2, seed=sample_seed(base_seed, i))
+        ids = decoder.generate(PROMPT, s, proposer).run().token_ids
+        firsts.append(ids[0])
+        seconds.append(ids[1])
+    return firsts, seconds
+
+
+@pytest.mark.parametrize("params", CONFIGS, ids=["T1", "T0.7-topk8", "T1.3-topp0.8"])
+def test_speculative_samples_follow_target(soft, params):
+    target, draft = soft
+    dec = Decoder(target, None, eos_token_ids=[])
+    p1, p2 = exact_marginals(target, params)
+    firsts, seconds = draw(dec, params, DraftModelProposer(draft, p1.shape[0]))
+    assert gof_pvalue(firsts, p1) > P_MIN
+    assert gof_pvalue(seconds, p2) > P_MIN
+    # power: the draft's own distribution is clearly different, and the test sees it
+    q1, _ = exact_marginals(draft, params)
+    assert gof_pvalue(firsts, q1) < 1e-6
+
+
+def test_standard_samples_follow_target(soft):
+    target, _ = soft
+    params = CONFIGS[1]
+    dec = Decoder(target, None, eos_token_ids=[])
+    p1, p2 = exact_marginals(target, params)
+    firsts, seconds = draw(dec, params, None)
+    assert gof_pvalue(firsts, p1) > P_MIN and gof_pvalue(seconds, p2) > P_MIN
+
+
+def test_prompt_lookup_samples_follow_target(soft):
+    # a deterministic proposer (one-hot q) must keep the distribution too
+    target, _ = soft
+    params = CONFIGS[0]
+    dec = Decoder(target, None, eos_token_ids=[])
+    p1, p2 = exact_marginals(target, params)
+    firsts, seconds = draw(dec, params, PromptLookupProposer(max_ngram=2), n=1000)
+    assert gof_pvalue(firsts, p1) > P_MIN and gof_pvalue(seconds, p2) > P_MIN
+
+
+# --- the pure acceptance function: convergence as the sample count grows (vLLM style) -------
+def _first_token(p, q, gen):
+    """One speculative step over fixed distributions p [2, V], q [1, V]; the first token."""
+    x = int(torch.multinomial(q[0], 1, generator=gen))
+    u = torch.rand(1, generator=gen)
+    u_next = float(torch.rand((), generator=gen))
+    v = speculative_verify(torch.tensor([x]), q, p, u, u_next)
+    return x if v.n_accepted == 1 else v.next_token
+
+
+def _argmax_rule_first_token(p, q, gen):
+    """NOT speculative sampling: keep the draft token when it is the target's argmax, else
+    sample the target. Its output distribution is biased towards the argmax."""
+    x = int(torch.multinomial(q[0], 1, generator=gen))
+    if x == int(torch.argmax(p[0])):
+        return x
+    return int(torch.multinomial(p[0], 1, generator=gen))
+
+
+def _dists(v=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(2, v, generator=g) * 1.5, -1)
+    q = torch.softmax(torch.randn(1, v, generator=g) * 1.5, -1)
+    return p, q
+
+
+def _tv(samples, probs):
+    emp = np.bincount(samples, minlength=len(probs)) / len(samples)
+    return 0.5 * np.abs(emp - probs.numpy()).sum()
+
+
+def test_acceptance_converges_to_target_as_samples_grow():
+    p, q = _dists()
+    gen = torch.Generator().manual_seed(1)
+    samples = [_first_token(p, q, gen) for _ in range(40_000)]
+    tvs = [_tv(samples[:n], p[0].double()) for n in (400, 4_000, 40_000)]
+    assert tvs[0] > tvs[1] > tvs[2]
+    assert tvs[2] < 0.015  # ~ sqrt(V / N) scale
+    assert gof_pvalue(samples, p[0].double()) > P_MIN
+
+
+def test_argmax_rule_is_rejected_by_the_same_test():
+    p, q = _dists()
+    gen = torch.Generator().manual_seed(1)
+    samples = [_argmax_rule_first_token(p, q, gen) for _ in range(8_000)]
+    assert gof_pvalue(samples, p[0].double()) < 1e-6
+    assert _tv(samples, p[0].double()) > 0.03
