@@ -113,7 +113,10 @@ def test_load_gguf_matches_source_and_caches_conversion(tmp_path, isolated_cache
     source = make_model(len(tok), seed=0)
     path = save_gguf(tmp_path / "tiny.gguf", source, tok)
 
-    first = load_model(str(path), device="cpu")
+    calls = []
+    first = load_model(str(path), device="cpu", progress=lambda m, f: calls.append((m, f)))
+    dequant = [f for m, f in calls if m.startswith("dequantizing") and f is not None]
+    assert dequant and dequant[-1] == 1.0 and dequant == sorted(dequant)  # a real fraction for the GUI
     assert first.info.quantization == "gguf-dequantized(F32)"
     assert first.tokenizer.get_vocab() == tok.get_vocab()
     assert first.eos_token_ids == [0, 2]  # <|im_end|> from the file + <|endoftext|> by name
@@ -256,6 +259,14 @@ def test_assembly_verifies_and_stamps(fake_embedded, isolated_cache):
     assert status["installed"] and status["assembled"] and status["verified"]
     # Second call: the stamp matches, nothing is re-read.
     assert default_pair.ensure_assembled(model) == path
+
+
+def test_stale_partial_files_are_removed(fake_embedded, isolated_cache):
+    stale = isolated_cache / "gguf" / "tiny-fake.gguf.partial-999999999"  # no such pid
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"half")
+    default_pair.ensure_assembled(fake_embedded[0])
+    assert not stale.exists()
 
 
 def test_assembly_refuses_wrong_sha256(fake_embedded, monkeypatch, isolated_cache):

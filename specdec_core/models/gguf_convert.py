@@ -14,6 +14,7 @@ valid.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -59,6 +60,37 @@ def converted_entries(key: str | None = None) -> list[dict]:
     return out
 
 
+@contextlib.contextmanager
+def _dequantize_progress(progress: Progress | None, label: str):
+    """Forward transformers' per-tensor GGUF progress bar to `progress` (the GUI has no terminal).
+
+    The legacy GGUF loader iterates `tqdm(reader.tensors)` through its module-global `tqdm`;
+    we swap that name for a wrapper while loading (loads run one at a time) and put it back.
+    """
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover -- layout changed: just no fraction
+        yield
+        return
+    original = getattr(gguf_utils, "tqdm", None)
+    if progress is None or original is None:
+        yield
+        return
+
+    def reporting_tqdm(iterable, *args, **kwargs):
+        items = list(iterable)
+        for i, item in enumerate(original(items, *args, **kwargs)):
+            progress(label, i / max(len(items), 1))
+            yield item
+        progress(label, 1.0)
+
+    gguf_utils.tqdm = reporting_tqdm
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def load_gguf_with_transformers(path: Path, summary: GgufSummary, dtype: str, progress: Progress | None):
     """(model, tokenizer) straight from the GGUF: slow, dequantizes every tensor."""
     import torch
@@ -68,9 +100,11 @@ def load_gguf_with_transformers(path: Path, summary: GgufSummary, dtype: str, pr
     if progress:
         progress(f"reading tokenizer from {name}", None)
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    label = f"dequantizing {name} to {dtype} (slow; done once, then cached)"
     if progress:
-        progress(f"dequantizing {name} to {dtype} (slow; done once, then cached)", None)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
+        progress(label, None)
+    with _dequantize_progress(progress, label):
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
     _forget_gguf_quantizer(model)
     # A GGUF carries no generation_config: rebuild the end-of-generation ids (see gguf_file).
     eos = summary.eos_token_ids or [tokenizer.eos_token_id]
@@ -102,8 +136,10 @@ def save_converted(model, tokenizer, target: Path, marker: dict, progress: Progr
     """Write the converted cache; returns a note on failure instead of failing the load."""
     tmp = target.with_name(f"{target.name}.partial-{os.getpid()}")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         if progress:
             progress(f"saving converted model to {target}", None)
+        cache.remove_stale_partials(target.parent)
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
