@@ -181,7 +181,14 @@ def settings_from_args(args, seed: int):
 
 
 def load_engine(args, need_draft: bool):
+    from transformers.utils import logging as hf_logging
+
     from .engine import Engine
+
+    # our own progress bar speaks for loading; transformers' per-file bars and advice would
+    # break the one-line error promise and clutter the output
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
     return Engine.load(
         args.target,
@@ -205,6 +212,9 @@ def run_generate(args) -> int:
     settings_from_args(args, 0)  # validate sampling settings before loading anything
     need_draft = args.mode == "speculative" and args.proposer == "draft"
     engine = load_engine(args, need_draft)
+    for role, lm in (("target", engine.target), ("draft", engine.draft)):
+        if lm is not None:
+            print(f"{role}: {lm.info.summary()}", file=sys.stderr)
     if args.prompt_ids is not None:
         vocab = engine.target.model.config.get_text_config().vocab_size
         bad = [i for i in args.prompt_ids if i >= vocab]

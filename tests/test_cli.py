@@ -1,0 +1,114 @@
+"""`specdec generate`: the contract other tools depend on, and its one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from specdec_core.cli import main
+from tiny_models import make_model, make_tokenizer, save_model, save_pair
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return save_pair(tmp_path_factory.mktemp("pair"))
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def gen(pair, *extra):
+    t, d = pair
+    return ["generate", "--target", str(t), "--draft", str(d), "--json", *extra]
+
+
+def test_json_lines_per_sample(pair, capsys):
+    rc, out, _ = run(capsys, *gen(pair, "--prompt-ids", "1,5,29,7", "--max-new-tokens", "10",
+                                   "--temperature", "1", "--seed", "4", "--samples", "3"))
+    assert rc == 0
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert len(lines) == 3
+    for obj in lines:
+        assert len(obj["token_ids"]) == len(obj["kinds"]) <= 10
+        assert set(obj["kinds"]) <= {"accepted", "corrected", "bonus"}
+        for key in ("new_tokens", "seconds", "tokens_per_second", "draft_tokens", "accepted_draft_tokens",
+                    "acceptance_rate", "mean_accepted_per_step", "target_forward_passes",
+                    "draft_forward_passes", "per_position_accepted"):
+            assert key in obj["stats"], key
+        assert isinstance(obj["text"], str)
+
+
+def test_first_samples_do_not_depend_on_sample_count(pair, capsys):
+    args = gen(pair, "--prompt-ids", "1,5,29,7", "--max-new-tokens", "12", "--temperature", "1.2",
+               "--top-k", "20", "--seed", "9")
+    _, two, _ = run(capsys, *args, "--samples", "2")
+    _, five, _ = run(capsys, *args, "--samples", "5")
+    two_ids = [json.loads(x)["token_ids"] for x in two.splitlines()]
+    five_ids = [json.loads(x)["token_ids"] for x in five.splitlines()]
+    assert five_ids[:2] == two_ids
+    assert len({tuple(x) for x in five_ids}) > 1
+
+
+@pytest.mark.parametrize("proposer", ["draft", "prompt-lookup"])
+def test_greedy_speculative_equals_standard(pair, capsys, proposer):
+    common = gen(pair, "--prompt", "hello the cat sat on the mat", "--max-new-tokens", "16")
+    _, std, _ = run(capsys, *common, "--mode", "standard")
+    _, spec, _ = run(capsys, *common, "--mode", "speculative", "--proposer", proposer, "--draft-tokens", "3")
+    s, p = json.loads(std), json.loads(spec)
+    assert s["token_ids"] == p["token_ids"] and s["text"] == p["text"]
+    assert set(s["kinds"]) == {"standard"}
+
+
+def test_plain_text_output_and_stats_line(pair, capsys):
+    rc, out, err = run(capsys, "generate", "--target", str(pair[0]), "--draft", str(pair[1]),
+                       "--prompt", "hello", "--max-new-tokens", "5", "--draft-tokens", "adaptive")
+    assert rc == 0 and out.strip()
+    assert "[speculative]" in err and "tok/s" in err and "target:" in err
+
+
+@pytest.fixture(scope="module")
+def other_vocab(tmp_path_factory):
+    words = ["zebra", "yak", "xylophone"] + [f"w{i}" for i in range(49)]
+    tok = make_tokenizer(words)
+    return save_model(tmp_path_factory.mktemp("other"), make_model(len(tok), seed=3), tok)
+
+
+BAD = [
+    # (argv tail, words the one-line message must contain)
+    (["--prompt-ids", "1,2", "--draft-tokens", "0"], "--draft-tokens"),
+    (["--prompt-ids", "1,2", "--temperature", "-0.5"], "temperature"),
+    (["--prompt-ids", "1,2", "--top-p", "1.5"], "top-p"),
+    (["--prompt-ids", "1,2", "--top-p", "0"], "top-p"),
+    (["--prompt-ids", "1,a"], "--prompt-ids"),
+    (["--prompt-ids", "1,99999"], "vocabulary"),
+    (["--max-new-tokens", "5"], "--prompt"),
+]
+
+
+@pytest.mark.parametrize("tail,words", BAD)
+def test_bad_input_is_one_line_exit_2(pair, capsys, tail, words):
+    rc, out, err = run(capsys, *gen(pair, *tail))
+    assert rc == 2
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith(("target:", "draft:"))]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in err
+
+
+def test_missing_path_and_incompatible_pair(pair, capsys, other_vocab, tmp_path):
+    rc, _, err = run(capsys, "generate", "--target", str(tmp_path / "nope"), "--prompt-ids", "1")
+    assert rc == 2 and "not found" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = run(capsys, "generate", "--target", str(pair[0]), "--draft", str(other_vocab), "--prompt-ids", "1")
+    assert rc == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "incompatible" in err and "token id" in err
+
+
+def test_console_script_reports_errors_without_traceback(tmp_path):
+    exe = [sys.executable, "-m", "specdec_core.cli"]
+    p = subprocess.run(exe + ["generate", "--target", str(tmp_path / "missing"), "--prompt", "hi"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
+    v = subprocess.run(exe + ["--version"], capture_output=True, text=True, timeout=120)
+    assert v.returncode == 0 and v.stdout.startswith("specdec ")
