@@ -275,6 +275,11 @@ class MessageWidget(QFrame):
             doc.setHtml(f"<p style='color:{self.theme.values['muted']}'>…</p>")
             self.view.position_tokens = []
             return
+        if not self.streaming and not body.strip() and not self.error:
+            doc.setHtml(f"<p style='color:{self.theme.values['muted']}'><i>(no text: the model ended its answer "
+                        f"at once{'' if not self.tokens else f' after {len(self.tokens)} token(s)'})</i></p>")
+            self.view.position_tokens = []
+            return
         doc.setHtml(markdown_to_html(body))
         self.view.position_tokens = []
         if self.tokens:
