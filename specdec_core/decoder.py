@@ -168,6 +168,7 @@ class Decoder:
                     None if proposer is None else i,
                     t,
                     None if margins is None else margins[i],
+                    k,
                 )
             ids.extend(new)
             emitted += len(new)

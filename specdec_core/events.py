@@ -33,6 +33,8 @@ class TokenEvent:
     draft_position  -- index inside that step's proposal (0-based); for CORRECTED/BONUS the
                        position the target filled; None in standard decoding.
     t               -- seconds since generation started (prefill included, model load not).
+    draft_length    -- tokens proposed in this step (k after clipping to the budget; 0 when the
+                       proposer had nothing, or in standard decoding).
     margin          -- greedy only: the target's top-1 minus top-2 logit where this token was
                        chosen. A small margin marks a near-tie that reduced precision may flip.
     text            -- the text this token adds to the decoded output ("" while a multi-byte
@@ -46,6 +48,7 @@ class TokenEvent:
     draft_position: int | None
     t: float
     margin: float | None = None
+    draft_length: int = 0
 
 
 @dataclass(slots=True)

@@ -95,6 +95,11 @@ def test_stats_add_up(tiny):
     assert s.draft_forward_passes == s.draft_tokens
     steps = [e.step for e in g.events]
     assert steps == sorted(steps)
+    # each event knows its step's k: the first event of every step carries that step's k
+    firsts = {}
+    for e in g.events:
+        firsts.setdefault(e.step, e.draft_length)
+    assert [k for k in firsts.values() if k] == s.draft_lengths  # steps with no proposal are not draft steps
     assert all(e.t >= 0 for e in g.events) and s.seconds >= g.events[-1].t
 
 
