@@ -34,7 +34,7 @@ def load_request_from_args(args):
     from .worker import LoadRequest
 
     draft = None if str(args.draft).lower() in ("none", "") else args.draft
-    quant = None if args.quantization in (None, "none") else args.quantization
+    quant = args.quantization  # None = the default for the device; "none" = really unquantized
     return LoadRequest(args.target, draft, args.device, args.dtype, quant)
 
 
