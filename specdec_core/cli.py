@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.cli import add_bench_parser  # the benchmark owns its flags
 
     add_bench_parser(sub)
+    from .race_cli import add_race_parser
+
+    add_race_parser(sub)
     return parser
 
 
@@ -122,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench.cli import run_bench
 
             return run_bench(args)
+        if args.command == "race":
+            from .race_cli import run_race
+
+            return run_race(args)
         raise UsageError(f"unknown command {args.command!r}")
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)

@@ -1,0 +1,257 @@
+"""Race: the same prompt through standard and speculative decoding, side by side, fairly timed.
+
+The two lanes share one device, so they run in ONE thread, interleaved step by step, and each
+lane has its own clock that advances only by the compute time spent inside that lane:
+
+- a lane is a Generation (an iterator of TokenEvents). A verification step's compute happens
+  inside the first `next()` of that step; the rest of the step's events come out instantly.
+  Every `next()` call on a lane is timed and added to that lane's clock, and nothing else is;
+- the runner always advances the lane whose clock is behind (ties: standard first), so the two
+  lanes progress in lane-time lockstep and a live view can render both "by their own clock";
+- the decoder's own timestamps (TokenEvent.t, Stats.seconds) are wall time since the lane
+  started, which here includes the other lane's turns; the race replaces them with the lane
+  clock (events' `t`, lane `seconds`, `tokens_per_second`).
+
+Before the clocks start, each lane runs a short untimed warm-up generation so neither pays the
+first-call costs (allocator, kernel selection) inside the race.
+
+No Qt here; the GUI's race worker and `specdec race` both drive `start_race()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from .decoder import DecodeSettings, Decoder
+from .events import Divergence, Stats, TokenEvent, first_divergence
+from .proposers import DraftModelProposer, PromptLookupProposer, Proposer
+
+LANES = ("standard", "speculative")
+
+# greedy near-tie threshold on the target's top-1 minus top-2 logit, by target dtype
+# (the same figures the benchmark uses)
+NEAR_TIE_MARGIN = {"float32": 1e-2, "bfloat16": 0.25, "float16": 0.1}
+
+CLOCK_NOTE = "times are each lane's own compute time"
+
+
+@dataclass(frozen=True, slots=True)
+class RaceEvent:
+    """One token of one lane. `clock`: that lane's own compute seconds when the token was
+    decided (the event's `t` is set to the same value)."""
+
+    lane: str
+    event: TokenEvent
+    clock: float
+
+
+@dataclass
+class LaneResult:
+    lane: str
+    events: list[TokenEvent] = field(default_factory=list)
+    seconds: float = 0.0  # the lane's own clock at its end
+    stats: Stats | None = None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [e.token_id for e in self.events]
+
+    @property
+    def kinds(self) -> list[str]:
+        return [e.kind.value for e in self.events]
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return len(self.events) / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        stats = self.stats.to_dict() if self.stats is not None else {}
+        return {
+            "token_ids": self.token_ids,
+            "kinds": self.kinds,
+            "text": self.text,
+            "new_tokens": len(self.events),
+            "seconds": self.seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "stats": stats,
+        }
+
+
+@dataclass
+class RaceResult:
+    standard: LaneResult
+    speculative: LaneResult
+    proposer: str
+    settings: DecodeSettings
+    cancelled: bool = False
+    near_tie_margin: float = 1e-2
+
+    @property
+    def greedy(self) -> bool:
+        return self.settings.sampling.greedy
+
+    @property
+    def speedup(self) -> float:
+        """Speculative tok/s over standard tok/s, both by their own clocks (at T=0 with
+        identical texts this is standard seconds / speculative seconds)."""
+        s, p = self.standard.tokens_per_second, self.speculative.tokens_per_second
+        return p / s if s > 0 else 0.0
+
+    @property
+    def identical(self) -> bool:
+        return self.standard.token_ids == self.speculative.token_ids
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """Greedy only: where the two texts first differ, with the target's top-2 margin there."""
+        if not self.greedy or self.identical or self.cancelled:
+            return None
+        return first_divergence(self.standard.events, self.speculative.events)
+
+    def to_dict(self) -> dict:
+        spec = self.speculative.stats
+        d = self.divergence
+        s = self.settings
+        return {
+            "standard": self.standard.to_dict(),
+            "speculative": self.speculative.to_dict(),
+            "speedup": self.speedup,
+            "identical": self.identical,
+            "divergence": None if d is None else {
+                "position": d.position,
+                "token_standard": d.token_a,
+                "token_speculative": d.token_b,
+                "margin": d.margin,
+                "near_tie": d.is_near_tie(self.near_tie_margin),
+            },
+            "acceptance_rate": spec.acceptance_rate if spec else 0.0,
+            "mean_accepted_per_step": spec.mean_accepted_per_step if spec else 0.0,
+            "proposer": self.proposer,
+            "cancelled": self.cancelled,
+            "settings": {
+                "max_new_tokens": s.max_new_tokens,
+                "temperature": s.sampling.temperature,
+                "top_k": s.sampling.top_k,
+                "top_p": s.sampling.top_p,
+                "draft_tokens": s.draft_tokens,
+                "seed": s.seed,
+            },
+            "clock": CLOCK_NOTE,
+        }
+
+
+class Race:
+    """Iterate for RaceEvents (both lanes, interleaved by lane clock); afterwards `result`.
+
+    `lanes` maps "standard" and "speculative" to Generations (or any iterator of TokenEvents
+    whose StopIteration value is the lane's Stats, optionally with a `stats` attribute)."""
+
+    def __init__(self, lanes: dict[str, object], cancel: threading.Event, proposer: str,
+                 settings: DecodeSettings, near_tie_margin: float = 1e-2):
+        missing = [n for n in LANES if n not in lanes]
+        if missing:
+            raise ValueError(f"a race needs both lanes; missing {missing}")
+        self._lanes = lanes
+        self.cancel = cancel
+        self.proposer = proposer
+        self.settings = settings
+        self.near_tie_margin = near_tie_margin
+        self.clocks = {n: 0.0 for n in LANES}
+        self.result: RaceResult | None = None
+
+    def __iter__(self) -> Iterator[RaceEvent]:
+        results = {n: LaneResult(n) for n in LANES}
+        iters = {n: iter(self._lanes[n]) for n in LANES}
+        running = list(LANES)
+        cancelled = False
+        while running:
+            if self.cancel.is_set():
+                cancelled = True
+                break
+            lane = min(running, key=lambda n: (self.clocks[n], LANES.index(n)))  # the one behind
+            t0 = time.perf_counter()
+            try:
+                ev = next(iters[lane])
+            except StopIteration as stop:
+                self.clocks[lane] += time.perf_counter() - t0
+                results[lane].stats = stop.value if stop.value is not None else getattr(self._lanes[lane], "stats", None)
+                running.remove(lane)
+                continue
+            self.clocks[lane] += time.perf_counter() - t0
+            clock = self.clocks[lane]
+            ev = dataclasses.replace(ev, t=clock)
+            results[lane].events.append(ev)
+            yield RaceEvent(lane, ev, clock)
+        if cancelled:
+            # the decoder sees the same cancel event at its next step and ends at once; drain
+            # (untimed, unshown) so each lane still hands back its stats
+            for lane in running:
+                for _ in iters[lane]:
+                    pass
+                results[lane].stats = getattr(self._lanes[lane], "stats", None)
+        for lane, res in results.items():
+            res.seconds = self.clocks[lane]
+            if res.stats is not None:
+                # the decoder's wall clock includes the other lane's turns: use the lane's own
+                res.stats = dataclasses.replace(res.stats, seconds=res.seconds, new_tokens=len(res.events))
+                if cancelled:
+                    res.stats.stop_reason = "cancelled"
+        self.result = RaceResult(results["standard"], results["speculative"], self.proposer, self.settings,
+                                 cancelled, self.near_tie_margin)
+
+    def run(self) -> RaceResult:
+        for _ in self:
+            pass
+        return self.result
+
+
+def make_proposer(engine, name: str) -> Proposer:
+    """A fresh proposer for the race (never the engine's shared one, whose caches the chat uses)."""
+    from .engine import PROPOSERS, EngineError
+
+    if name not in PROPOSERS:
+        raise EngineError(f"unknown proposer {name!r}; choose one of: {', '.join(PROPOSERS)}")
+    if name == "draft":
+        if engine.draft is None:
+            raise EngineError("no draft model is loaded: load a draft, or race with the prompt-lookup proposer")
+        vocab = engine.target.model.config.get_text_config().vocab_size
+        return DraftModelProposer(engine.draft.model, vocab)
+    return PromptLookupProposer()
+
+
+def near_tie_margin(engine) -> float:
+    dtype = str(getattr(getattr(engine.target, "info", None), "dtype", "float32")).replace("torch.", "")
+    return NEAR_TIE_MARGIN.get(dtype, 1e-2)
+
+
+def start_race(
+    engine,
+    prompt_ids: list[int],
+    settings: DecodeSettings = DecodeSettings(),
+    proposer: str | Proposer = "draft",
+    cancel: threading.Event | None = None,
+    warmup: bool = True,
+) -> Race:
+    """Set up a race on a loaded Engine: two fresh decoders over the same target (each lane its
+    own KV cache), one fresh proposer. `proposer` is a name, or a Proposer object (tests)."""
+    cancel = cancel if cancel is not None else threading.Event()
+    prop = make_proposer(engine, proposer) if isinstance(proposer, str) else proposer
+    t = engine.target
+    lanes_dec = {n: Decoder(t.model, engine.tokenizer, t.eos_token_ids) for n in LANES}
+    props = {"standard": None, "speculative": prop}
+    if warmup:
+        warm = DecodeSettings(max_new_tokens=2, sampling=settings.sampling, draft_tokens=settings.draft_tokens,
+                              seed=settings.seed)
+        head = list(prompt_ids[:16])
+        for n in LANES:
+            lanes_dec[n].generate(head, warm, props[n], cancel).run()
+    lanes = {n: lanes_dec[n].generate(prompt_ids, settings, props[n], cancel) for n in LANES}
+    return Race(lanes, cancel, getattr(prop, "name", str(proposer)), settings, near_tie_margin(engine))
