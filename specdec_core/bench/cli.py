@@ -2,13 +2,223 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import shlex
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import BenchError
+
+
+def _positive(name: str):
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {value!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {n}")
+        return n
+
+    return parse
+
+
+def _non_negative(name: str):
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {value!r}") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {n}")
+        return n
+
+    return parse
+
 
 def add_bench_parser(sub) -> None:
-    b = sub.add_parser("bench", help="benchmark standard vs speculative decoding, write a report")
-    b.add_argument("--out", required=True, metavar="DIR")
+    from ..cli import add_model_args
+
+    b = sub.add_parser(
+        "bench",
+        help="benchmark standard vs speculative decoding, write a report",
+        description="Run standard decoding, speculative decoding at each draft length, prompt lookup and "
+                    "(with --baseline hf) transformers' generate(), interleaved on the same prompts; write "
+                    "DIR/report.json, DIR/report.md and PNG figures.",
+    )
+    add_model_args(b)
+    b.add_argument("--prompts", metavar="FILE",
+                   help='JSONL of {"category": ..., "prompt": ...} or {"category": ..., "messages": [...]} '
+                        "(default: the built-in set in assets/bench_prompts.jsonl)")
+    b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
+    b.add_argument("--limit", type=_positive("--limit"), metavar="N", help="at most N prompts per category")
+    b.add_argument("--max-new-tokens", type=_positive("--max-new-tokens"), default=128)
+    b.add_argument("--draft-tokens", default="1,2,4,8,adaptive", metavar="K,K,...|adaptive|none",
+                   help="draft lengths to measure, comma-separated (default 1,2,4,8,adaptive); 'none' = no draft model")
+    b.add_argument("--lookup-tokens", default="4", metavar="K|adaptive|none",
+                   help="draft length of the prompt-lookup proposer (default 4); 'none' skips that mode")
+    b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (and the identical-text check)")
+    b.add_argument("--top-k", type=int, default=0, help="0 = off")
+    b.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--repeats", type=_positive("--repeats"), default=3, help="runs per prompt and mode (default 3)")
+    b.add_argument("--warmup-tokens", type=_non_negative("--warmup-tokens"), default=16,
+                   help="tokens per mode in the excluded warm-up run (0 = no warm-up)")
+    b.add_argument("--baseline", choices=["hf", "none"], default="none",
+                   help="hf: also time transformers' generate() and generate(assistant_model=draft)")
+    b.add_argument("--note", default=None, help="a sentence about the conditions, copied into the report")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--out", required=True, metavar="DIR", help="where report.json, report.md and the PNGs go")
+
+
+def command_line(args) -> str:
+    """The exact command, rebuilt from the parsed flags (every value spelled out)."""
+    parts = ["specdec", "bench", "--target", args.target, "--draft", args.draft]
+    if args.prompts:
+        parts += ["--prompts", args.prompts]
+    if args.categories:
+        parts += ["--categories", args.categories]
+    if args.limit:
+        parts += ["--limit", str(args.limit)]
+    parts += ["--max-new-tokens", str(args.max_new_tokens), "--draft-tokens", args.draft_tokens,
+              "--lookup-tokens", args.lookup_tokens, "--temperature", f"{args.temperature:g}"]
+    if args.temperature > 0:
+        parts += ["--top-k", str(args.top_k), "--top-p", f"{args.top_p:g}", "--seed", str(args.seed)]
+    parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens),
+              "--baseline", args.baseline, "--device", args.device, "--dtype", args.dtype]
+    if args.quantization:
+        parts += ["--quantization", args.quantization]
+    parts += ["--out", args.out]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def run_bench(args) -> int:
     from ..cli import UsageError
 
-    raise UsageError("the benchmark is not built yet")
+    try:
+        return _run(args)
+    except BenchError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _run(args) -> int:
+    from ..cli import load_engine
+    from ..sampling import SamplingParams
+    from .machine import load_average, machine_info
+    from .memory import PeakMemory
+    from .modes import build_modes, parse_draft_lengths, parse_lookup_tokens
+    from .prompts import load_prompts
+    from .report import build_rows, render_markdown, summarize, write_json
+    from .runner import NEAR_TIE_MARGIN, RunSettings, run_suite
+
+    # -- check everything before loading any model ----------------------------------------
+    draft_lengths = parse_draft_lengths(args.draft_tokens)
+    lookup = parse_lookup_tokens(args.lookup_tokens)
+    try:
+        SamplingParams(args.temperature, args.top_k, args.top_p)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
+    cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    if args.categories is not None and not cats:
+        raise BenchError("--categories: give at least one category name, e.g. code,chat")
+    prompts = load_prompts(args.prompts, cats, args.limit)
+    hf = args.baseline == "hf"
+    modes = build_modes(draft_lengths, lookup, hf)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BenchError(f"--out: {str(out)!r} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BenchError(f"--out: cannot create {str(out)!r} ({exc.strerror})") from None
+    need_draft = any(m.needs_draft for m in modes)
+    if need_draft and args.draft in ("none", ""):
+        raise BenchError("--draft none: the draft-model modes need a draft; pass --draft-tokens none "
+                         "(and no --baseline hf) to measure without one")
+
+    settings = RunSettings(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
+                           args.repeats, args.warmup_tokens)
+    command = command_line(args)
+    started = time.perf_counter()
+    machine = machine_info()
+    print(f"specdec bench: {len(prompts)} prompts x {len(modes)} modes x {args.repeats} repeats "
+          f"-> {out}", file=sys.stderr)
+    engine = load_engine(args, need_draft)
+    models = {"target": dataclasses.asdict(engine.target.info)}
+    if engine.draft is not None:
+        models["draft"] = dataclasses.asdict(engine.draft.info)
+    baseline = None
+    if hf:
+        from .hf import HFBaseline
+
+        baseline = HFBaseline(engine.target, engine.draft)
+    near_tie = NEAR_TIE_MARGIN.get(engine.target.info.dtype.replace("torch.", ""), 1e-2)
+    with PeakMemory(engine.target.info.device) as memory:
+        raw = run_suite(engine, prompts, modes, settings, memory, baseline,
+                        progress=not args.no_progress, near_tie=near_tie)
+        memory_method = memory.method
+    machine["load_average_end"] = load_average()
+
+    rows = build_rows(raw["runs"], prompts, modes)
+    report = {
+        "schema": 1,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "note": args.note,
+        "machine": machine,
+        "models": models,
+        "settings": {
+            "prompts": len(prompts),
+            "categories": list(dict.fromkeys(p.category for p in prompts)),
+            "prompt_file": str(Path(args.prompts).name) if args.prompts else "assets/bench_prompts.jsonl",
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_k": args.top_k,
+            "top_p": args.top_p,
+            "seed": args.seed,
+            "repeats": args.repeats,
+            "warmup_tokens": args.warmup_tokens,
+            "baseline": args.baseline,
+        },
+        "modes": [dataclasses.asdict(m) for m in modes],
+        "memory_method": memory_method,
+        "near_tie_margin": near_tie,
+        "wall_seconds": time.perf_counter() - started,
+        "summary": summarize(rows, modes),
+        "rows": rows,
+        "warmup": raw["warmup"],
+        "prompts": [p.to_dict() for p in prompts],
+    }
+    from .plots import write_plots
+
+    plots = write_plots(out, report)
+    report["plots"] = plots
+    write_json(out / "report.json", report)
+    (out / "report.md").write_text(render_markdown(report, plots), encoding="utf-8")
+    _print_summary(report, out)
+    return 0
+
+
+def _print_summary(report: dict, out: Path) -> None:
+    from .modes import HF_ASSISTED
+
+    overall = report["summary"]["overall"]
+    greedy = report["settings"]["temperature"] == 0
+    print(f"{'mode':<24} {'tok/s':>7} {'x std':>6} {'x hf-asst':>9} {'alpha':>6} {'tau':>5}"
+          + ("  identical" if greedy else ""))
+    for m in report["modes"]:
+        f = overall[m["name"]]
+
+        def num(v, fmt):
+            return format(v, fmt) if v is not None else "-"
+
+        line = (f"{m['name']:<24} {num(f['tokens_per_second'], '7.1f')} {num(f['speedup_vs_standard'], '6.2f')} "
+                f"{num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} "
+                f"{num(f['acceptance_rate'], '6.0%')} {num(f['mean_accepted_per_step'], '5.2f')}")
+        if greedy:
+            line += f"  {f['identical']}/{f['compared']}" if f["compared"] else "  -"
+        print(line)
+    print(f"report: {out / 'report.md'}")

@@ -1,0 +1,76 @@
+"""What machine the numbers came from (recorded in report.json and report.md)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if sys.platform == "darwin":
+        import subprocess
+
+        try:
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                  text=True, timeout=5).stdout.strip() or platform.processor()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> list[str]:
+    """The flags that matter for CPU inference speed (Linux only; [] elsewhere)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma")
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in have]
+    except OSError:
+        pass
+    return []
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def machine_info() -> dict:
+    import psutil
+    import torch
+    import transformers
+
+    gpu = None
+    if torch.cuda.is_available():
+        i = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(i)
+        gpu = {"name": torch.cuda.get_device_name(i), "memory_bytes": int(props.total_memory),
+               "count": torch.cuda.device_count(), "cuda": torch.version.cuda}
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_flags": cpu_flags(),
+        "cores_logical": os.cpu_count(),
+        "cores_physical": psutil.cpu_count(logical=False),
+        "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "memory_bytes": int(psutil.virtual_memory().total),
+        "gpu": gpu,
+        "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "load_average_start": load_average(),
+    }

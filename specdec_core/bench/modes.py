@@ -1,0 +1,99 @@
+"""What one benchmark run measures: a list of modes, each run on every prompt in turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import BenchError
+
+STANDARD = "standard"
+HF_GENERATE = "hf-generate"
+HF_ASSISTED = "hf-assisted"
+PROMPT_LOOKUP = "prompt-lookup"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str  # "standard", "speculative k=4", "speculative adaptive", "prompt-lookup k=4", "hf-generate", ...
+    kind: str  # "standard" | "speculative" | "prompt-lookup" | "hf-generate" | "hf-assisted"
+    draft_tokens: int | str | None = None  # k, "adaptive", or None (standard, hf baselines)
+
+    @property
+    def engine_mode(self) -> str:
+        return "standard" if self.kind == STANDARD else "speculative"
+
+    @property
+    def proposer(self) -> str | None:
+        return {"speculative": "draft", PROMPT_LOOKUP: "prompt-lookup"}.get(self.kind)
+
+    @property
+    def is_hf(self) -> bool:
+        return self.kind in (HF_GENERATE, HF_ASSISTED)
+
+    @property
+    def needs_draft(self) -> bool:
+        return self.kind in ("speculative", HF_ASSISTED)
+
+    @property
+    def proposes(self) -> bool:
+        """Our speculative modes: acceptance and per-position figures apply."""
+        return self.kind in ("speculative", PROMPT_LOOKUP)
+
+
+def parse_draft_lengths(value: str) -> list[int | str]:
+    """"1,2,4,8,adaptive" -> [1, 2, 4, 8, "adaptive"]; "none" -> [] (no draft-model modes)."""
+    value = value.strip()
+    if value == "none":
+        return []
+    out: list[int | str] = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part == "adaptive":
+            k: int | str = part
+        else:
+            try:
+                k = int(part)
+            except ValueError:
+                raise BenchError(f"--draft-tokens takes a comma-separated list of k >= 1 and/or 'adaptive' "
+                                 f"(or 'none'), got {part!r}") from None
+            if k < 1:
+                raise BenchError(f"--draft-tokens: each k must be >= 1, got {k}")
+        if k not in out:
+            out.append(k)
+    if not out:
+        raise BenchError("--draft-tokens: give at least one k (e.g. 2,4,adaptive) or 'none'")
+    return out
+
+
+def parse_lookup_tokens(value: str) -> int | str | None:
+    value = value.strip()
+    if value == "none":
+        return None
+    if value == "adaptive":
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        raise BenchError(f"--lookup-tokens takes k >= 1, 'adaptive' or 'none', got {value!r}") from None
+    if k < 1:
+        raise BenchError(f"--lookup-tokens must be >= 1 (or 'adaptive' / 'none'), got {k}")
+    return k
+
+
+def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None, hf_baseline: bool) -> list[Mode]:
+    """standard first, then our speculative modes, then the transformers baselines."""
+    modes = [Mode(STANDARD, STANDARD)]
+    fixed = sorted(k for k in draft_lengths if k != "adaptive")
+    for k in fixed:
+        modes.append(Mode(f"speculative k={k}", "speculative", k))
+    if "adaptive" in draft_lengths:
+        modes.append(Mode("speculative adaptive", "speculative", "adaptive"))
+    if lookup_tokens is not None:
+        modes.append(Mode(f"prompt-lookup k={lookup_tokens}" if lookup_tokens != "adaptive"
+                          else "prompt-lookup adaptive", PROMPT_LOOKUP, lookup_tokens))
+    if hf_baseline:
+        modes.append(Mode(HF_GENERATE, HF_GENERATE))
+        modes.append(Mode(HF_ASSISTED, HF_ASSISTED))
+    return modes

@@ -1,0 +1,419 @@
+"""Aggregate raw runs into rows and summaries; write report.json and report.md.
+
+Aggregation rules (also stated in report.md):
+- a row is one prompt x one mode: the median over its repeats, with min and max beside it;
+- a category's (or all prompts') figure for a mode is the median over its prompts' rows;
+- a speedup is computed per prompt (the mode's median tok/s over the reference's, measured on
+  the same prompt in the same interleaved run), then the median over prompts is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from .modes import HF_ASSISTED, HF_GENERATE, STANDARD, Mode
+
+METRICS = ("tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate", "mean_accepted_per_step",
+           "peak_memory_bytes", "new_tokens", "target_forward_passes", "draft_forward_passes", "mean_draft_length")
+REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED)
+CODE, CHAT = "code", "chat"
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _spread(xs) -> dict:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def build_rows(runs: list[dict], prompts, modes: list[Mode]) -> list[dict]:
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        by_key.setdefault((r["prompt_id"], r["mode"]), []).append(r)
+    rows = []
+    for p in prompts:
+        for m in modes:
+            reps = sorted(by_key.get((p.id, m.name), []), key=lambda r: r["repeat"])
+            if not reps:
+                continue
+            ok = [r for r in reps if not r.get("error")]
+            stats = {k: _spread([r.get(k) for r in ok]) for k in METRICS}
+            proposed = _sum_lists([r.get("per_position_proposed") or [] for r in ok])
+            accepted = _sum_lists([r.get("per_position_accepted") or [] for r in ok])
+            ident = [r.get("identical_to_standard") for r in ok]
+            ident_known = [x for x in ident if x is not None]
+            divergence = next((r["divergence"] for r in ok if r.get("divergence")), None)
+            row = {
+                "category": p.category,
+                "prompt_id": p.id,
+                "mode": m.name,
+                "kind": m.kind,
+                "draft_tokens": m.draft_tokens,
+                **{k: stats[k]["median"] for k in METRICS},
+                "identical_to_standard": all(ident_known) if ident_known else None,
+                "divergence": divergence,
+                "per_position_acceptance": [a / q if q else None for a, q in zip(accepted, proposed)],
+                "per_position_proposed": proposed,
+                "per_position_accepted": accepted,
+                "stop_reason": ok[0].get("stop_reason") if ok else None,
+                "text": ok[0].get("text") if ok else None,
+                "error": next((r["error"] for r in reps if r.get("error")), None),
+                "stats": stats,
+                "repeats": [{k: v for k, v in r.items() if k not in ("prompt_id", "category", "mode", "kind",
+                                                                         "draft_tokens", "text")} for r in reps],
+            }
+            rows.append(row)
+    return rows
+
+
+def _sum_lists(lists: list[list[int]]) -> list[int]:
+    n = max((len(x) for x in lists), default=0)
+    return [sum(x[i] for x in lists if i < len(x)) for i in range(n)]
+
+
+def summarize(rows: list[dict], modes: list[Mode]) -> dict:
+    """{"overall": {mode: figures}, "by_category": {cat: {mode: figures}}, "groups": {...}}."""
+    cats = list(dict.fromkeys(r["category"] for r in rows))
+    groups = {"all": None, **{c: [c] for c in cats}}
+    if CODE in cats and CHAT in cats:
+        groups["code+chat"] = [CODE, CHAT]
+    out = {name: {m.name: _figures(rows, m, None if g is None else set(g)) for m in modes}
+           for name, g in groups.items()}
+    return {"overall": out.pop("all"), "by_category": {c: out[c] for c in cats},
+            "groups": {k: v for k, v in out.items() if k not in cats}}
+
+
+def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
+    sel = [r for r in rows if cats is None or r["category"] in cats]
+    mine = {r["prompt_id"]: r for r in sel if r["mode"] == mode.name and r["tokens_per_second"] is not None}
+    f = {"prompts": len(mine)}
+    for k in ("tokens_per_second", "latency_s", "ttft_s", "acceptance_rate", "mean_accepted_per_step",
+              "peak_memory_bytes", "mean_draft_length", "new_tokens"):
+        f[k] = _median([r[k] for r in mine.values()])
+    f["tokens_per_second_min"] = min((r["stats"]["tokens_per_second"]["min"] for r in mine.values()), default=None)
+    f["tokens_per_second_max"] = max((r["stats"]["tokens_per_second"]["max"] for r in mine.values()), default=None)
+    for ref in REFERENCES:
+        refs = {r["prompt_id"]: r for r in sel if r["mode"] == ref and r["tokens_per_second"]}
+        ratios = [mine[p]["tokens_per_second"] / refs[p]["tokens_per_second"] for p in mine if p in refs]
+        f[f"speedup_vs_{ref}"] = _median(ratios)
+        f[f"speedup_vs_{ref}_min"] = min(ratios) if ratios else None
+        f[f"speedup_vs_{ref}_max"] = max(ratios) if ratios else None
+    ident = [r["identical_to_standard"] for r in mine.values() if r["identical_to_standard"] is not None]
+    f["identical"] = sum(ident)
+    f["compared"] = len(ident)
+    proposed = _sum_lists([r["per_position_proposed"] for r in mine.values()])
+    accepted = _sum_lists([r["per_position_accepted"] for r in mine.values()])
+    f["per_position_acceptance"] = [a / q if q else None for a, q in zip(accepted, proposed)]
+    f["per_position_proposed"] = proposed
+    return f
+
+
+def write_json(path: Path, report: dict) -> None:
+    path.write_text(json.dumps(report, indent=1, default=_jsonable, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _jsonable(x):
+    if hasattr(x, "item"):
+        return x.item()
+    if isinstance(x, Path):
+        return str(x)
+    return str(x)
+
+
+# -- report.md -------------------------------------------------------------------------------
+
+def _x(v, nd=2) -> str:
+    return "–" if v is None else f"{v:.{nd}f}×"
+
+
+def _f(v, nd=2) -> str:
+    return "–" if v is None else f"{v:.{nd}f}"
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.0f}%"
+
+
+def _gib(v) -> str:
+    return "–" if v is None else f"{v / 2**30:.2f} GiB"
+
+
+def _ident(f) -> str:
+    return "–" if not f["compared"] else f"{f['identical']}/{f['compared']}"
+
+
+def _mode_label(name: str) -> str:
+    return name.replace("speculative ", "spec ")
+
+
+def render_markdown(report: dict, plots: list[str]) -> str:
+    m = report["machine"]
+    s = report["settings"]
+    modes = [Mode(**x) for x in report["modes"]]
+    names = [x.name for x in modes]
+    summ = report["summary"]
+    overall = summ["overall"]
+    has = set(names)
+    greedy = s["temperature"] == 0
+    L: list[str] = []
+    L.append("# specdec bench report\n")
+    tgt = report["models"].get("target") or {}
+    dft = report["models"].get("draft") or {}
+    L.append(f"- **target:** {tgt.get('name', '?')} ({tgt.get('dtype', '?')}, {tgt.get('quantization', '?')}, "
+             f"{tgt.get('device', '?')})")
+    if dft:
+        L.append(f"- **draft:** {dft.get('name', '?')} ({dft.get('dtype', '?')}, {dft.get('quantization', '?')})")
+    gpu = m.get("gpu")
+    L.append(f"- **machine:** {m['cpu_model']}, {m['cpus_available']} CPUs available to this process "
+             f"({m['cores_logical']} logical), torch threads {m['torch_threads']}"
+             + (f", GPU {gpu['name']}" if gpu else ", no GPU")
+             + f"; flags: {', '.join(m['cpu_flags']) or 'n/a'}")
+    L.append(f"- **software:** Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}, {m['os']}")
+    L.append(f"- **settings:** {s['prompts']} prompts ({', '.join(s['categories'])}), "
+             f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"
+             + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not greedy else " (greedy)")
+             + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)")
+    la0, la1 = m.get("load_average_start"), m.get("load_average_end")
+    if la0 or la1:
+        L.append(f"- **load average** (1/5/15 min) at start {la0}, at end {la1}")
+    L.append(f"- **created:** {report['created']}, bench wall time {report['wall_seconds'] / 60:.1f} min")
+    L.append(f"\nCommand:\n\n```\n{report['command']}\n```\n")
+    if report.get("note"):
+        L.append(f"> {report['note']}\n")
+
+    # -- headline -----------------------------------------------------------------------
+    L.append(f"## Headline: median over all {len({r['prompt_id'] for r in report['rows']})} prompts\n")
+    L.append("tok/s = new tokens / generation time (prefill included). Speedups are per-prompt ratios on the "
+             "same prompt in the same interleaved run, median over prompts [min–max over prompts].\n")
+    head = ["mode", "tok/s", "× standard"]
+    if HF_GENERATE in has:
+        head.append("× hf generate")
+    if HF_ASSISTED in has:
+        head.append("× hf assisted")
+    head += ["latency s", "TTFT s", "α accept", "τ tokens/step", "mean k"]
+    if greedy:
+        head.append("identical")
+    L.append("| " + " | ".join(head) + " |")
+    L.append("|" + "---|" * len(head))
+    for name in names:
+        f = overall[name]
+        cells = [_mode_label(name), _f(f["tokens_per_second"], 1),
+                 f"{_x(f['speedup_vs_standard'])} [{_f(f['speedup_vs_standard_min'])}–{_f(f['speedup_vs_standard_max'])}]"
+                 if name != STANDARD else "1×"]
+        if HF_GENERATE in has:
+            cells.append(_x(f["speedup_vs_hf-generate"]))
+        if HF_ASSISTED in has:
+            cells.append(_x(f["speedup_vs_hf-assisted"]))
+        cells += [_f(f["latency_s"]), _f(f["ttft_s"]), _pct(f["acceptance_rate"]),
+                  _f(f["mean_accepted_per_step"]), _f(f["mean_draft_length"], 1)]
+        if greedy:
+            cells.append(_ident(f))
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    L += _verdicts(overall, names, "over all prompts")
+
+    # -- key ratios ------------------------------------------------------------------------
+    L += _key_ratios(summ, names, has)
+
+    # -- by category -------------------------------------------------------------------------
+    cats = list(summ["by_category"])
+    L.append("## tok/s by category (median over the category's prompts)\n")
+    L.append("| mode | " + " | ".join(cats) + " |")
+    L.append("|---|" + "---|" * len(cats))
+    for name in names:
+        L.append(f"| {_mode_label(name)} | " + " | ".join(_f(summ['by_category'][c][name]['tokens_per_second'], 1)
+                                                     for c in cats) + " |")
+    L.append("")
+    for ref, title in ((STANDARD, "standard"), (HF_ASSISTED, "transformers assisted generation"),
+                       (HF_GENERATE, "plain transformers generate")):
+        if ref not in has:
+            continue
+        L.append(f"### Speedup vs {title}, by category\n")
+        L.append("| mode | " + " | ".join(cats) + " |")
+        L.append("|---|" + "---|" * len(cats))
+        for name in names:
+            if name == ref:
+                continue
+            L.append(f"| {_mode_label(name)} | " + " | ".join(_x(summ['by_category'][c][name][f'speedup_vs_{ref}'])
+                                                         for c in cats) + " |")
+        L.append("")
+    spec = [n for n in names if Mode(**next(x for x in report["modes"] if x["name"] == n)).proposes]
+    if spec:
+        L.append("### Acceptance α and tokens per verification τ, by category\n")
+        L.append("| mode | " + " | ".join(cats) + " |")
+        L.append("|---|" + "---|" * len(cats))
+        for name in spec:
+            L.append(f"| {_mode_label(name)} | " + " | ".join(
+                f"{_pct(summ['by_category'][c][name]['acceptance_rate'])} / "
+                f"{_f(summ['by_category'][c][name]['mean_accepted_per_step'])}" for c in cats) + " |")
+        L.append("")
+
+    # -- identical --------------------------------------------------------------------------
+    if greedy:
+        L.append("## Identical to standard at temperature 0\n")
+        divs = [r for r in report["rows"] if r["identical_to_standard"] is False]
+        checked = [r for r in report["rows"] if r["mode"] != STANDARD and r["identical_to_standard"] is not None]
+        if not divs:
+            L.append(f"All {len(checked)} prompt × mode results produced exactly standard decoding's token ids "
+                     "(every repeat).\n")
+        else:
+            L.append(f"{len(checked) - len(divs)} of {len(checked)} prompt × mode results equal standard's token "
+                     f"ids. Where they differ, the first divergence and the target's top-2 logit margin there "
+                     f"(a near-tie is a margin ≤ {report['near_tie_margin']} in {tgt.get('dtype', '?')}: the two "
+                     "tokens score the same within rounding, and a different batch shape — k+1 positions in a "
+                     "verification pass vs one — may flip it; a larger margin would point to a bug):\n")
+            L.append("| prompt | mode | position | standard | mode's | margin | near-tie? |")
+            L.append("|---|---|---|---|---|---|---|")
+            for r in divs:
+                d = r["divergence"] or {}
+                L.append(f"| {r['prompt_id']} | {_mode_label(r['mode'])} | {d.get('position')} | "
+                         f"{_tok(d.get('text_standard'))} | {_tok(d.get('text_mode'))} | "
+                         f"{_f(d.get('margin'), 4)} | {'yes' if d.get('near_tie') else '**no**'} |")
+            L.append("")
+
+    # -- per prompt ----------------------------------------------------------------------------
+    L.append("## Per prompt (median [min–max] over repeats)\n")
+    L.append("| prompt | category | mode | tok/s | latency s | TTFT s | tokens | α | τ | target / draft passes |"
+             + (" identical |" if greedy else ""))
+    L.append("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if greedy else ""))
+    for r in report["rows"]:
+        st = r["stats"]["tokens_per_second"]
+        tps = "error" if r["error"] and r["tokens_per_second"] is None else (
+            f"{_f(st['median'], 1)} [{_f(st['min'], 1)}–{_f(st['max'], 1)}]")
+        ident = "" if not greedy else (" – |" if r["identical_to_standard"] is None
+                                       else (" yes |" if r["identical_to_standard"] else " **no** |"))
+        L.append(f"| {r['prompt_id']} | {r['category']} | {_mode_label(r['mode'])} | {tps} | {_f(r['latency_s'])} | "
+                 f"{_f(r['ttft_s'])} | {_f(r['new_tokens'], 0)} | {_pct(r['acceptance_rate'])} | "
+                 f"{_f(r['mean_accepted_per_step'])} | {_f(r['target_forward_passes'], 0)} / "
+                 f"{_f(r['draft_forward_passes'], 0)} |" + ident)
+    L.append("")
+    errs = [r for r in report["rows"] if r["error"]]
+    if errs:
+        L.append("Errors (the mode failed on these prompts; they are left out of medians):\n")
+        for r in errs:
+            L.append(f"- {r['prompt_id']} / {r['mode']}: `{r['error']}`")
+        L.append("")
+
+    # -- memory ------------------------------------------------------------------------------
+    L.append("## Memory\n")
+    L.append(f"Model weights: target {_gib(tgt.get('memory_bytes'))}"
+             + (f", draft {_gib(dft.get('memory_bytes'))}: standard decoding needs the target alone, speculative "
+                f"decoding with a draft needs {_gib((tgt.get('memory_bytes') or 0) + (dft.get('memory_bytes') or 0))} "
+                "of weights (plus the draft's KV cache); prompt lookup needs no second model." if dft else "."))
+    L.append(f"Peak per run, measured as {report['memory_method']}"
+             + (" — both models stay loaded in the process for the whole run, so on CPU the modes differ only "
+                "by caches and activations:" if "RSS" in report["memory_method"] else ":") + "\n")
+    L.append("| mode | peak memory (median over prompts) |")
+    L.append("|---|---|")
+    for name in names:
+        L.append(f"| {_mode_label(name)} | {_gib(overall[name]['peak_memory_bytes'])} |")
+    L.append("")
+
+    # -- method ----------------------------------------------------------------------------
+    L.append("## How this was measured\n")
+    L.append("- **Interleaved:** for each prompt, for each repeat, every mode ran once in turn (the order rotating by "
+             "one mode per group), so machine noise — other processes, frequency changes — is shared by all modes "
+             "instead of landing on one. Timings on a shared or small machine are still noisy: read the min–max "
+             "ranges, not just the medians.")
+    L.append("- **Warm-up:** each mode ran once on the first prompt before measuring; those runs are excluded.")
+    L.append("- **latency** is end to end: chat template and tokenization, generation, and detokenization to the final "
+             "text. **TTFT** is from the same start to the first new token. **tok/s** is new tokens over "
+             "generation time (prefill included, tokenization excluded), the same definition for every mode.")
+    L.append("- **α** (acceptance rate) = accepted / proposed draft tokens; **τ** = new tokens per target forward "
+             "pass (prefill counted as one pass); **mean k** = average draft length actually proposed.")
+    if HF_ASSISTED in has or HF_GENERATE in has:
+        L.append("- **hf generate / hf assisted** are transformers' `model.generate()` and "
+                 "`model.generate(assistant_model=draft)` on the same loaded models and prompt ids, with a clean "
+                 "GenerationConfig (no repetition penalty or sampling defaults from the models' "
+                 "generation_config.json) and transformers' default assisted settings (num_assistant_tokens=20, "
+                 "constant schedule, confidence threshold 0.4). τ for them counts the target's forward calls; "
+                 "transformers does not report α.")
+    L.append("- **Speedups** are per-prompt ratios of median tok/s, then the median over prompts.")
+    L.append("")
+    if plots:
+        L.append("## Figures\n")
+        for p in plots:
+            L.append(f"![{p}]({p})\n")
+    return "\n".join(L) + "\n"
+
+
+def _tok(t) -> str:
+    return "–" if t is None else "`" + t.replace("`", "'").replace("\n", "\\n").replace("|", "\\|") + "`"
+
+
+def _verdicts(figs: dict, names: list[str], where: str) -> list[str]:
+    """Plain sentences: which modes are faster than standard, which are slower."""
+    out = []
+    for name in names:
+        if name == STANDARD:
+            continue
+        sp = figs[name]["speedup_vs_standard"]
+        if sp is None:
+            continue
+        lo, hi = figs[name]["speedup_vs_standard_min"], figs[name]["speedup_vs_standard_max"]
+        label = _mode_label(name)
+        if sp < 0.98:
+            out.append(f"- **{label} is slower than standard decoding** {where}: {sp:.2f}× "
+                       f"(per prompt {lo:.2f}–{hi:.2f}×).")
+        elif sp <= 1.02:
+            out.append(f"- {label} is about as fast as standard decoding {where}: {sp:.2f}× "
+                       f"(per prompt {lo:.2f}–{hi:.2f}×).")
+        else:
+            slower = " — but slower on some prompts" if lo < 0.98 else ""
+            out.append(f"- {label} is faster than standard decoding {where}: {sp:.2f}× "
+                       f"(per prompt {lo:.2f}–{hi:.2f}×){slower}.")
+    if out:
+        out.append("")
+    return out
+
+
+def _key_ratios(summ: dict, names: list[str], has: set[str]) -> list[str]:
+    """The ratios a speed goal is stated in, one table: vs standard (all, code), vs transformers
+    assisted (code+chat), vs plain generate, and τ on code."""
+    cats = summ["by_category"]
+    groups = summ["groups"]
+    cols = [("× standard, all", summ["overall"], f"speedup_vs_{STANDARD}")]
+    if CODE in cats:
+        cols.append(("× standard, code", cats[CODE], f"speedup_vs_{STANDARD}"))
+    if HF_ASSISTED in has:
+        g = groups.get("code+chat") or cats.get(CODE) or cats.get(CHAT)
+        label = "code+chat" if "code+chat" in groups else (CODE if CODE in cats else (CHAT if CHAT in cats else None))
+        if g is not None:
+            cols.append((f"× hf assisted, {label}", g, f"speedup_vs_{HF_ASSISTED}"))
+        cols.append(("× hf assisted, all", summ["overall"], f"speedup_vs_{HF_ASSISTED}"))
+    if HF_GENERATE in has:
+        cols.append(("× hf generate, all", summ["overall"], f"speedup_vs_{HF_GENERATE}"))
+    if CODE in cats:
+        cols.append(("τ, code", cats[CODE], "mean_accepted_per_step"))
+    if len(cols) < 2:
+        return []
+    L = ["## Key ratios\n",
+         "Medians over the named prompts of per-prompt ratios (same prompt, same run).\n",
+         "| mode | " + " | ".join(c[0] for c in cols) + " |",
+         "|---|" + "---|" * len(cols)]
+    for name in names:
+        cells = []
+        for _, figs, key in cols:
+            v = figs[name].get(key)
+            if key.startswith("speedup_vs_") and name == key[len("speedup_vs_"):]:
+                cells.append("1×")
+            elif key == "mean_accepted_per_step":
+                cells.append(_f(v))
+            else:
+                cells.append(_x(v))
+        L.append(f"| {_mode_label(name)} | " + " | ".join(cells) + " |")
+    L.append("")
+    if HF_GENERATE in has:
+        sg = summ["overall"][STANDARD].get(f"speedup_vs_{HF_GENERATE}")
+        if sg is not None:
+            word = "faster than" if sg > 1.02 else ("slower than" if sg < 0.98 else "about as fast as")
+            L.append(f"Our standard decoding is {word} plain transformers `generate()`: {sg:.2f}× (median over all "
+                     "prompts) — the baseline every speedup above is measured from.\n")
+    return L

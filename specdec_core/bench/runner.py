@@ -1,0 +1,265 @@
+"""One benchmark run: every prompt x every repeat x every mode, interleaved.
+
+For each prompt, for each repeat, every mode runs once in turn, so whatever the machine is
+doing (other processes, thermal state) is shared by all modes rather than landing on one.
+The mode order rotates by one position from one (prompt, repeat) group to the next, so no mode
+always runs first after a prompt change. Before the measured runs, every mode runs once on the
+first prompt with a few tokens (warm-up: lazy initialisation, allocator growth, kernel choice);
+those runs are recorded separately and never enter the rows, tables or figures.
+
+Timings (all time.perf_counter, seconds):
+  latency_s   end to end: chat template + tokenization -> generation -> final text
+  ttft_s      from the same start to the first generated token being available
+  generate_s  generation alone (our decoder's Stats.seconds; generate()'s wall time for hf)
+  tokens_per_second = new_tokens / generate_s
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from dataclasses import dataclass
+
+from .modes import HF_ASSISTED, STANDARD, Mode
+
+# A divergence at a target top-2 logit margin at or below this is a floating-point near-tie
+# (the two candidate tokens score the same to within the precision's rounding); above it,
+# a difference in text at temperature 0 would point to a bug.
+NEAR_TIE_MARGIN = {"float32": 1e-2, "bfloat16": 0.25, "float16": 0.1}
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    repeats: int = 1
+    warmup_tokens: int = 16
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
+              progress: bool = True, near_tie: float = 1e-2) -> dict:
+    """-> {"runs": [record, ...], "warmup": [record, ...]}; records are plain dicts."""
+    from tqdm import tqdm
+
+    from ..decoder import sample_seed
+
+    warm = [m for m in modes] if settings.warmup_tokens > 0 else []
+    total = len(warm) + len(prompts) * settings.repeats * len(modes)
+    bar = tqdm(total=total, desc="bench", unit="run", file=sys.stderr, dynamic_ncols=True,
+               disable=not progress, mininterval=0.5)
+    warmup: list[dict] = []
+    runs: list[dict] = []
+    # Everything alive now (models, tokenizer, libraries) moves to a permanent generation, so
+    # the collection before each run (leftovers of the previous mode) takes milliseconds.
+    gc.collect()
+    gc.freeze()
+    try:
+        if warm:
+            ws = RunSettings(min(settings.warmup_tokens, settings.max_new_tokens), settings.temperature,
+                             settings.top_k, settings.top_p, settings.seed, 1, 0)
+            for mode in warm:
+                bar.set_postfix_str(f"warm-up {mode.name}", refresh=False)
+                rec = run_one(engine, prompts[0], mode, ws, sample_seed(settings.seed, 0), memory, hf)
+                rec["repeat"] = -1
+                warmup.append(_public(rec))
+                bar.update(1)
+        group = 0
+        for prompt in prompts:
+            for r in range(settings.repeats):
+                shift = group % len(modes)
+                order = modes[shift:] + modes[:shift]
+                seed = sample_seed(settings.seed, r)
+                recs: dict[str, dict] = {}
+                for pos, mode in enumerate(order):
+                    bar.set_postfix_str(f"{prompt.id} #{r + 1} {mode.name}", refresh=False)
+                    rec = run_one(engine, prompt, mode, settings, seed, memory, hf)
+                    rec["repeat"] = r
+                    rec["order"] = pos
+                    recs[mode.name] = rec
+                    bar.update(1)
+                if settings.greedy:
+                    _mark_identical(recs, engine.tokenizer, near_tie)
+                for mode in modes:  # stored in mode order, whatever order they ran in
+                    runs.append(_public(recs[mode.name]))
+                group += 1
+    finally:
+        bar.close()
+        gc.unfreeze()
+    return {"runs": runs, "warmup": warmup}
+
+
+def run_one(engine, prompt, mode: Mode, settings: RunSettings, seed: int, memory, hf=None) -> dict:
+    """One measured generation; a raw record (with token ids and events for the identity check)."""
+    gc.collect()
+    rec = {"prompt_id": prompt.id, "category": prompt.category, "mode": mode.name, "kind": mode.kind,
+           "draft_tokens": mode.draft_tokens, "error": None}
+    if mode.is_hf:
+        try:
+            return _run_hf(engine, prompt, mode, settings, seed, memory, hf, rec)
+        except Exception as exc:  # noqa: BLE001 -- the peer failing is a result, not our crash
+            memory.stop()
+            rec.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300], tokens_per_second=None,
+                       token_ids=None, events=None)
+            return rec
+    return _run_engine(engine, prompt, mode, settings, seed, memory, rec)
+
+
+def _run_engine(engine, prompt, mode, settings, seed, memory, rec) -> dict:
+    from ..decoder import DecodeSettings
+    from ..sampling import SamplingParams
+
+    sampling = SamplingParams(settings.temperature, settings.top_k, settings.top_p)
+    ds = DecodeSettings(settings.max_new_tokens, sampling, mode.draft_tokens or 1, seed)
+    memory.start()
+    t0 = time.perf_counter()
+    ids = engine.encode_chat(list(prompt.messages))
+    t_tok = time.perf_counter()
+    gen = engine.generate(ids, ds, mode=mode.engine_mode, proposer=mode.proposer or "draft")
+    first = None
+    for _ev in gen:
+        if first is None:
+            first = time.perf_counter()
+    t_gen = time.perf_counter()
+    text = gen.text
+    t_end = time.perf_counter()
+    peak = memory.stop()
+    s = gen.stats
+    proposes = mode.proposes
+    rec.update(
+        prompt_tokens=len(ids),
+        new_tokens=s.new_tokens,
+        latency_s=t_end - t0,
+        ttft_s=(first - t0) if first is not None else None,
+        tokenize_s=t_tok - t0,
+        generate_s=s.seconds,
+        detokenize_s=t_end - t_gen,
+        tokens_per_second=s.tokens_per_second,
+        acceptance_rate=s.acceptance_rate if proposes else None,
+        mean_accepted_per_step=s.mean_accepted_per_step,
+        target_forward_passes=s.target_forward_passes,
+        draft_forward_passes=s.draft_forward_passes,
+        per_position_proposed=list(s.per_position_proposed) if proposes else [],
+        per_position_accepted=list(s.per_position_accepted) if proposes else [],
+        mean_draft_length=(sum(s.draft_lengths) / len(s.draft_lengths)) if proposes and s.draft_lengths else None,
+        peak_memory_bytes=peak,
+        stop_reason=s.stop_reason,
+        text=text,
+        token_ids=gen.token_ids,
+        events=list(gen.events),
+    )
+    return rec
+
+
+def _run_hf(engine, prompt, mode, settings, seed, memory, hf, rec) -> dict:
+    if hf is None:
+        raise RuntimeError("the transformers baseline was not set up")
+    memory.start()
+    t0 = time.perf_counter()
+    ids = engine.encode_chat(list(prompt.messages))
+    t_tok = time.perf_counter()
+    res = hf.generate(ids, settings.max_new_tokens, settings.temperature, settings.top_k, settings.top_p,
+                      seed, assisted=mode.kind == HF_ASSISTED)
+    t_gen = time.perf_counter()
+    new = res.token_ids
+    # generate() returns everything up to and including the first EOS (batch of one: no padding)
+    text = engine.tokenizer.decode(new, skip_special_tokens=True)
+    t_end = time.perf_counter()
+    peak = memory.stop()
+    n = len(new)
+    rec.update(
+        prompt_tokens=len(ids),
+        new_tokens=n,
+        latency_s=t_end - t0,
+        ttft_s=(res.first_token_at - t0) if res.first_token_at is not None else None,
+        tokenize_s=t_tok - t0,
+        generate_s=res.seconds,
+        detokenize_s=t_end - t_gen,
+        tokens_per_second=n / res.seconds if res.seconds > 0 else 0.0,
+        acceptance_rate=None,  # transformers does not report it
+        mean_accepted_per_step=n / res.target_forward_passes if res.target_forward_passes else None,
+        target_forward_passes=res.target_forward_passes,
+        draft_forward_passes=res.draft_forward_passes,
+        per_position_proposed=[],
+        per_position_accepted=[],
+        mean_draft_length=None,
+        peak_memory_bytes=peak,
+        stop_reason="eos" if new and new[-1] in set(engine.target.eos_token_ids) else "max_new_tokens",
+        text=text,
+        token_ids=new,
+        events=None,
+    )
+    return rec
+
+
+def _mark_identical(recs: dict[str, dict], tokenizer, near_tie: float) -> None:
+    """Temperature 0: does each mode's token sequence equal standard's? Where not, the first
+    divergence with the target's top-2 logit margin there."""
+    from ..events import first_divergence
+
+    std = recs.get(STANDARD)
+    if std is None or std.get("token_ids") is None:
+        return
+    std["identical_to_standard"] = True
+    std["divergence"] = None
+    std_margins = [e.margin for e in std["events"]]
+    for name, rec in recs.items():
+        if name == STANDARD:
+            continue
+        if rec.get("token_ids") is None:  # the baseline failed: nothing to compare
+            rec["identical_to_standard"] = None
+            rec["divergence"] = None
+            continue
+        if rec["events"] is not None:
+            d = first_divergence(std["events"], rec["events"])
+            div = None if d is None else (d.position, d.token_a, d.token_b, d.margin_a, d.margin_b)
+        else:  # hf baseline: token ids only; the margin is the target's, read at standard's step
+            a, b = std["token_ids"], rec["token_ids"]
+            div = None
+            for i in range(max(len(a), len(b))):
+                ta = a[i] if i < len(a) else -1
+                tb = b[i] if i < len(b) else -1
+                if ta != tb:
+                    div = (i, ta, tb, std_margins[i] if i < len(std_margins) else None, None)
+                    break
+        rec["identical_to_standard"] = div is None
+        rec["divergence"] = None if div is None else _divergence_dict(*div, tokenizer, near_tie)
+
+
+def _divergence_dict(pos, tok_std, tok_mode, m_std, m_mode, tokenizer, near_tie) -> dict:
+    def piece(t):
+        if t < 0:
+            return None  # the sequence had already ended
+        try:
+            return tokenizer.decode([t])
+        except Exception:  # noqa: BLE001
+            return None
+
+    margins = [m for m in (m_std, m_mode) if m is not None]
+    margin = min(margins) if margins else None
+    return {
+        "position": pos,
+        "token_standard": tok_std,
+        "token_mode": tok_mode,
+        "text_standard": piece(tok_std),
+        "text_mode": piece(tok_mode),
+        "margin_standard": m_std,
+        "margin_mode": m_mode,
+        "margin": margin,
+        "near_tie": margin is not None and margin <= near_tie,
+    }
+
+
+def _public(rec: dict) -> dict:
+    """Drop what is only needed during the run (events, token ids)."""
+    out = {k: v for k, v in rec.items() if k not in ("events", "token_ids")}
+    out.setdefault("identical_to_standard", None)
+    out.setdefault("divergence", None)
+    return out

@@ -1,0 +1,257 @@
+"""`specdec bench` end to end on tiny models: report schema, figures, identical text at T=0,
+the transformers baselines' clean settings, aggregation arithmetic, one-line input errors."""
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from specdec_core.cli import main
+from tiny_models import save_pair
+
+PROMPTS = [
+    {"id": "p-short", "category": "short-answer", "prompt": "the cat sat on the mat"},
+    {"id": "p-chat", "category": "chat", "messages": [
+        {"role": "user", "content": "is the cat on the mat"},
+        {"role": "assistant", "content": "yes it is"},
+        {"role": "user", "content": "and the hat"}]},
+]
+ROW_KEYS = {"category", "prompt_id", "mode", "draft_tokens", "tokens_per_second", "latency_s", "ttft_s",
+            "acceptance_rate", "mean_accepted_per_step", "peak_memory_bytes", "identical_to_standard",
+            "per_position_acceptance", "target_forward_passes", "draft_forward_passes", "repeats", "stats"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from a second thread, and on a busy machine a two-thread op
+    waits for its slower half: one thread keeps these tests at a few seconds."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return save_pair(tmp_path_factory.mktemp("pair"))
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps(p) for p in PROMPTS) + "\n")
+    return path
+
+
+def bench(pair, prompt_file, out, *extra):
+    t, d = pair
+    return main(["bench", "--target", str(t), "--draft", str(d), "--prompts", str(prompt_file),
+                 "--max-new-tokens", "12", "--repeats", "1", "--warmup-tokens", "4", "--no-progress",
+                 "--out", str(out), *extra])
+
+
+@pytest.fixture(scope="module")
+def greedy_report(pair, prompt_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    rc = bench(pair, prompt_file, out, "--draft-tokens", "1,3,adaptive", "--lookup-tokens", "3", "--baseline", "hf")
+    assert rc == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
+def test_report_schema(greedy_report):
+    out, rep = greedy_report
+    for key in ("machine", "models", "command", "settings", "modes", "rows", "summary", "warmup"):
+        assert key in rep, key
+    m = rep["machine"]
+    for key in ("cpu_model", "cores_logical", "gpu", "torch", "transformers", "python"):
+        assert key in m, key
+    for role in ("target", "draft"):
+        assert {"name", "source", "dtype", "quantization", "device", "memory_bytes"} <= set(rep["models"][role])
+    assert rep["command"].startswith("specdec bench ") and "--baseline hf" in rep["command"]
+    names = [m["name"] for m in rep["modes"]]
+    assert names == ["standard", "speculative k=1", "speculative k=3", "speculative adaptive",
+                     "prompt-lookup k=3", "hf-generate", "hf-assisted"]
+    assert len(rep["rows"]) == len(PROMPTS) * len(names)
+    for row in rep["rows"]:
+        assert ROW_KEYS <= set(row), ROW_KEYS - set(row)
+        assert row["error"] is None, row["error"]
+        assert len(row["repeats"]) == 1
+        st = row["stats"]["tokens_per_second"]
+        assert st["min"] <= st["median"] == row["tokens_per_second"] <= st["max"]
+        assert row["tokens_per_second"] > 0 and row["latency_s"] > 0 and 0 < row["ttft_s"] <= row["latency_s"]
+        assert row["peak_memory_bytes"] > 0 and 0 < row["new_tokens"] <= 12
+        assert row["target_forward_passes"] >= 1
+        if row["kind"] in ("speculative", "prompt-lookup"):
+            assert 0 <= row["acceptance_rate"] <= 1
+            assert all(v is None or 0 <= v <= 1 for v in row["per_position_acceptance"])
+        if row["kind"] in ("speculative", "hf-assisted"):
+            assert row["draft_forward_passes"] > 0
+        if row["kind"] == "standard":
+            assert row["acceptance_rate"] is None and row["draft_forward_passes"] == 0
+    # the warm-up ran every mode once and stays out of the rows
+    assert [w["mode"] for w in rep["warmup"]] == names
+    assert all(r["repeats"][0]["repeat"] == 0 for r in rep["rows"])
+    overall = rep["summary"]["overall"]
+    assert overall["standard"]["speedup_vs_standard"] == pytest.approx(1.0)
+    assert overall["hf-assisted"]["speedup_vs_hf-assisted"] == pytest.approx(1.0)
+    assert set(rep["summary"]["by_category"]) == {"short-answer", "chat"}
+
+
+def test_identical_to_standard_at_temperature_zero(greedy_report):
+    _, rep = greedy_report
+    for row in rep["rows"]:
+        if row["kind"] in ("standard", "speculative", "prompt-lookup"):
+            assert row["identical_to_standard"] is True, (row["prompt_id"], row["mode"], row["divergence"])
+        else:  # transformers' generate on a float32 model: compared, and a bool either way
+            assert isinstance(row["identical_to_standard"], bool)
+    texts = {(r["prompt_id"], r["mode"]): r["text"] for r in rep["rows"]}
+    for p in PROMPTS:
+        assert texts[(p["id"], "speculative k=3")] == texts[(p["id"], "standard")]
+
+
+def test_figures_and_markdown(greedy_report):
+    out, rep = greedy_report
+    import matplotlib.image
+
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == sorted(rep["plots"]) == ["acceptance_by_position.png", "speedup_vs_draft_length.png",
+                                             "tokens_per_second_by_category.png"]
+    for name in pngs:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC)
+        img = matplotlib.image.imread(out / name)
+        assert img.shape[0] > 100 and img.shape[1] > 100
+    md = (out / "report.md").read_text()
+    assert "× standard" in md and "× hf assisted" in md and "× hf generate" in md
+    assert rep["command"] in md
+    for name in pngs:
+        assert f"]({name})" in md
+    assert "interleaved" in md.lower()
+
+
+def test_sampled_run_with_repeats(pair, prompt_file, tmp_path):
+    rc = bench(pair, prompt_file, tmp_path, "--draft-tokens", "2", "--lookup-tokens", "none", "--temperature", "0.9",
+               "--top-k", "20", "--repeats", "2", "--warmup-tokens", "0", "--categories", "chat")
+    assert rc == 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert [r["mode"] for r in rep["rows"]] == ["standard", "speculative k=2"]
+    assert rep["warmup"] == []
+    for row in rep["rows"]:
+        assert row["identical_to_standard"] is None  # sampled text differs by design
+        assert [r["repeat"] for r in row["repeats"]] == [0, 1]
+    # the interleaving rotates: the second repeat starts with the other mode
+    spec = rep["rows"][1]
+    assert [r["order"] for r in spec["repeats"]] == [1, 0]
+    assert "identical" not in (tmp_path / "report.md").read_text().split("## Headline")[1].split("\n\n")[2]
+
+
+def test_speedups_are_per_prompt_ratios():
+    from specdec_core.bench.modes import build_modes
+    from specdec_core.bench.report import build_rows, summarize
+
+    modes = build_modes([2], None, False)
+    prompts = [SimpleNamespace(id="a", category="code"), SimpleNamespace(id="b", category="code")]
+    tps = {("a", "standard"): [10, 12, 11], ("a", "speculative k=2"): [20, 25, 22],
+           ("b", "standard"): [20], ("b", "speculative k=2"): [30]}
+    runs = [{"prompt_id": p, "category": "code", "mode": m, "repeat": i, "tokens_per_second": v,
+             "identical_to_standard": True, "per_position_proposed": [4, 2] if "spec" in m else [],
+             "per_position_accepted": [3, 1] if "spec" in m else []}
+            for (p, m), vs in tps.items() for i, v in enumerate(vs)]
+    rows = build_rows(runs, prompts, modes)
+    a_spec = next(r for r in rows if r["prompt_id"] == "a" and r["mode"] == "speculative k=2")
+    assert a_spec["tokens_per_second"] == 22 and a_spec["stats"]["tokens_per_second"] == {
+        "median": 22, "min": 20, "max": 25}
+    assert a_spec["per_position_acceptance"] == [9 / 12, 3 / 6]
+    f = summarize(rows, modes)["overall"]["speculative k=2"]
+    assert f["speedup_vs_standard"] == pytest.approx((22 / 11 + 30 / 20) / 2)
+    assert (f["speedup_vs_standard_min"], f["speedup_vs_standard_max"]) == (pytest.approx(1.5), pytest.approx(2.0))
+    assert f["identical"] == f["compared"] == 2
+
+
+def test_hf_baseline_ignores_the_models_generation_config(tiny):
+    """A repetition penalty in generation_config.json must not reach the baseline: greedy
+    transformers generate() then equals our standard decoding token for token."""
+    from specdec_core.bench.hf import HFBaseline
+    from specdec_core.decoder import DecodeSettings, Decoder
+
+    target, draft = copy.deepcopy(tiny.target), copy.deepcopy(tiny.draft)
+    for m in (target, draft):
+        m.generation_config.repetition_penalty = 20.0
+        m.generation_config.do_sample = True
+        m.generation_config.temperature = 0.3
+    polluted = target.generation_config
+    eos = [2, 0]
+    prompt = tiny.tokenizer("the cat sat on the mat and")["input_ids"]
+    ours = Decoder(target, tiny.tokenizer, eos).generate(prompt, DecodeSettings(16)).run().token_ids
+    hf = HFBaseline(SimpleNamespace(model=target, tokenizer=tiny.tokenizer, eos_token_ids=eos),
+                    SimpleNamespace(model=draft, tokenizer=tiny.tokenizer, eos_token_ids=eos))
+    plain = hf.generate(prompt, 16, 0.0, 0, 1.0, seed=0, assisted=False)
+    assisted = hf.generate(prompt, 16, 0.0, 0, 1.0, seed=0, assisted=True)
+    assert plain.token_ids == ours
+    assert assisted.token_ids == ours
+    assert plain.target_forward_passes == len(ours) and plain.draft_forward_passes == 0
+    assert assisted.draft_forward_passes > 0
+    assert target.generation_config is polluted  # restored after the call
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(text)
+    return str(p)
+
+
+BAD = [
+    (lambda tp: ["--prompts", str(tp / "missing.jsonl")], "no such file"),
+    (lambda tp: ["--prompts", _write(tp, "{not json\n")], "line 1: not valid JSON"),
+    (lambda tp: ["--prompts", _write(tp, '{"prompt": "hi"}\n')], "category"),
+    (lambda tp: ["--prompts", _write(tp, '{"category": "x", "prompt": "a", "messages": []}\n')], "exactly one"),
+    (lambda tp: ["--prompts", _write(tp, '{"category": "x", "messages": [{"role": "assistant", "content": "a"}]}\n')],
+     "last message"),
+    (lambda tp: ["--prompts", _write(tp, "\n")], "no prompts"),
+    (lambda tp: ["--categories", "poetry"], "'poetry' is not in"),
+    (lambda tp: ["--draft-tokens", "0"], "must be >= 1"),
+    (lambda tp: ["--draft-tokens", "2,four"], "--draft-tokens"),
+    (lambda tp: ["--lookup-tokens", "-1"], "--lookup-tokens"),
+    (lambda tp: ["--repeats", "0"], "--repeats must be >= 1"),
+    (lambda tp: ["--temperature", "-1"], "temperature"),
+    (lambda tp: ["--top-p", "0"], "top-p"),
+    (lambda tp: ["--baseline", "vllm"], "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("make_args,needle", BAD)
+def test_bad_input_is_one_line_exit_2(pair, tmp_path, capsys, make_args, needle):
+    t, d = pair
+    argv = ["bench", "--target", str(t), "--draft", str(d), "--out", str(tmp_path / "out"), *make_args(tmp_path)]
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and err.startswith("specdec: error:"), err
+    assert needle in err, err
+
+
+def test_out_must_be_a_folder_and_is_required(pair, tmp_path, capsys):
+    t, d = pair
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["bench", "--target", str(t), "--draft", str(d), "--out", str(f)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert main(["bench", "--target", str(t)]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_builtin_prompt_set_covers_the_categories():
+    from specdec_core.bench.prompts import load_prompts
+
+    prompts = load_prompts()
+    cats = {p.category for p in prompts}
+    assert cats == {"short-answer", "long-explanation", "code", "summarization", "structured-output", "chat"}
+    for c in cats:
+        assert 2 <= sum(p.category == c for p in prompts) <= 3
+    assert all(p.turns >= 2 for p in prompts if p.category == "chat")
+    assert [p.id for p in load_prompts(categories=["code", "chat"], limit=1)] == ["code-fizzbuzz", "chat-refactor"]
