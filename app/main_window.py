@@ -140,6 +140,9 @@ class MainWindow(QMainWindow):
         self.worker.tokens.connect(self._on_tokens)
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
+        from .race_view import add_race_tab  # a Race tab sharing this worker's thread and engine
+
+        self.race_view = add_race_tab(self)
         self._refresh_chat_list()
         self._update_buttons()
         self._closed = False
@@ -565,6 +568,7 @@ class MainWindow(QMainWindow):
         if self.active is not None:
             self.worker.stop(self.active.request.request_id)
             self.active = None
+        self.race_view.shutdown()
         ended = stop_worker(self.worker, self.thread, 5000)
         self.history.close()
         return ended

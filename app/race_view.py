@@ -1,0 +1,500 @@
+"""The race view: standard decoding (left) against speculative decoding (right), live.
+
+GUI thread only. It builds RaceRequests, hands them to a RaceWorker and renders the race events
+it streams back: each lane shows its text with the token colours (the chat's MessageWidget),
+its own clock and tok/s. The race runner always advances the lane whose clock is behind, so
+showing each lane's tokens as they arrive, with its own clock value, renders both lanes "by
+their own clock". At the end a summary says speedup, α, τ and whether the texts are identical.
+
+`add_race_tab(window)` is the small hook the main window calls: it adds this view as a tab,
+shares the chat worker's thread and loaded engine, and follows model loading.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from .chat_view import Legend, MessageWidget
+from .race_worker import RaceRequest, start_race_worker
+from .theme import Theme, assets_dir
+
+CLOCK_NOTE = ("Times are each lane's own compute time: the two lanes take turns, step by step, on one "
+              "device, and each clock advances only while its own lane computes (warm-up excluded).")
+PROPOSER_LABELS = {"draft": "draft model", "prompt-lookup": "prompt lookup"}
+
+
+def load_presets(path: Path | None = None) -> list[dict]:
+    path = path or assets_dir() / "race_prompts.json"
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8"))["prompts"])
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+class LaneWidget(QFrame):
+    """One lane: title, own clock, tok/s, a token progress bar, the coloured text."""
+
+    def __init__(self, lane: str, theme: Theme, parent=None):
+        super().__init__(parent)
+        self.lane = lane
+        self.theme = theme
+        self.setObjectName("RaceLane")
+        self.setStyleSheet(f"#RaceLane {{ border: 1px solid {theme.values['border']}; border-radius: 10px; "
+                           f"background: {theme.values['panel']}; }}")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 8, 10, 8)
+        lay.setSpacing(4)
+        head = QHBoxLayout()
+        self.title = QLabel()
+        self.title.setStyleSheet("font-weight: 600; font-size: 14px;")
+        self.badge = QLabel("")
+        self.badge.setStyleSheet(f"color: {theme.values['accent']}; font-weight: 600;")
+        head.addWidget(self.title)
+        head.addStretch(1)
+        head.addWidget(self.badge)
+        lay.addLayout(head)
+        figs = QHBoxLayout()
+        self.clock_label = QLabel("0.00 s")
+        self.clock_label.setObjectName("Metric")
+        self.clock_label.setToolTip("this lane's own compute time")
+        self.rate_label = QLabel("— tok/s")
+        self.rate_label.setObjectName("Metric")
+        self.count_label = QLabel("0 tokens")
+        self.count_label.setObjectName("Muted")
+        figs.addWidget(self.clock_label)
+        figs.addSpacing(16)
+        figs.addWidget(self.rate_label)
+        figs.addStretch(1)
+        figs.addWidget(self.count_label)
+        lay.addLayout(figs)
+        self.bar = QProgressBar()
+        self.bar.setTextVisible(False)
+        self.bar.setFixedHeight(6)
+        lay.addWidget(self.bar)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        holder = QWidget()
+        col = QVBoxLayout(holder)
+        col.setContentsMargins(0, 0, 0, 0)
+        self.message = MessageWidget("assistant", theme)
+        self.message.role_label.hide()
+        col.addWidget(self.message)
+        col.addStretch(1)
+        self.scroll.setWidget(holder)
+        self.scroll.verticalScrollBar().rangeChanged.connect(lambda _lo, hi: self.scroll.verticalScrollBar().setValue(hi))
+        lay.addWidget(self.scroll, 1)
+        self.events: list = []
+        self.clock = 0.0
+        self.reset("Standard decoding" if lane == "standard" else "Speculative decoding", 1)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.events)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.clock if self.clock > 0 else 0.0
+
+    def reset(self, title: str, max_new_tokens: int) -> None:
+        self.title.setText(title)
+        self.badge.setText("")
+        self.events = []
+        self.clock = 0.0
+        self.bar.setRange(0, max(1, max_new_tokens))
+        self.bar.setValue(0)
+        self.message.tokens = []
+        self.message.text = ""
+        self.message.error = None
+        self.message.set_meta("")
+        self.message.set_streaming(False)
+        self._show_figures()
+
+    def begin(self) -> None:
+        self.message.set_streaming(True)
+
+    def add(self, race_events: list) -> None:
+        evs = [r.event for r in race_events]
+        self.events.extend(evs)
+        self.clock = race_events[-1].clock
+        self.message.append_events(evs)
+        self.bar.setValue(min(self.bar.maximum(), self.tokens))
+        self._show_figures()
+
+    def finish(self, lane: dict | None, note: str = "") -> None:
+        if lane and lane.get("seconds"):
+            self.clock = float(lane["seconds"])
+        self.message.set_streaming(False)
+        self._show_figures()
+        self.message.set_meta(note)
+
+    def _show_figures(self) -> None:
+        self.clock_label.setText(f"{self.clock:.2f} s")
+        self.rate_label.setText(f"{self.tokens_per_second:.1f} tok/s" if self.clock > 0 else "— tok/s")
+        self.count_label.setText(f"{self.tokens} token{'s' if self.tokens != 1 else ''}")
+
+    def set_colours(self, on: bool) -> None:
+        self.message.set_colours(on)
+
+
+def summary_html(result: dict) -> str:
+    """The end-of-race summary from RaceResult.to_dict() (plain dict; no engine types)."""
+    if result.get("cancelled"):
+        return "<b>Race stopped.</b> The lanes show what each produced until then."
+    std, spec = result["standard"], result["speculative"]
+    speedup = result.get("speedup", 0.0)
+    settings = result.get("settings", {})
+    greedy = settings.get("temperature", 0.0) == 0
+    prop = PROPOSER_LABELS.get(result.get("proposer", ""), result.get("proposer", ""))
+    if speedup >= 1:
+        head = f"<b>Speculative ({html.escape(prop)}) is {speedup:.2f}× faster</b>"
+    else:
+        head = f"<b>Speculative ({html.escape(prop)}) is slower here: {speedup:.2f}×</b>"
+    lines = [
+        head + f" — standard {std['seconds']:.2f} s, {std['tokens_per_second']:.1f} tok/s · speculative "
+        f"{spec['seconds']:.2f} s, {spec['tokens_per_second']:.1f} tok/s (own clocks).",
+        f"Acceptance rate α {result.get('acceptance_rate', 0.0):.0%} · mean accepted per verification "
+        f"τ {result.get('mean_accepted_per_step', 0.0):.2f} tokens · "
+        f"{spec.get('stats', {}).get('target_forward_passes', '?')} target passes for {spec['new_tokens']} tokens "
+        f"(standard: {std.get('stats', {}).get('target_forward_passes', '?')}).",
+    ]
+    if result.get("identical"):
+        lines.append("✓ <b>Texts identical</b>" + (" — at temperature 0 speculative decoding is exact." if greedy else
+                                                  " (both are samples of the same distribution; equal by chance)."))
+    elif not greedy:
+        lines.append("Texts differ, as expected at temperature &gt; 0: both lanes are samples of the same "
+                     "distribution (speculative sampling is exact), drawn with different random numbers.")
+    else:
+        d = result.get("divergence") or {}
+        m = d.get("margin")
+        ms = "unknown" if m is None else f"{m:.4g}"
+        if d.get("near_tie"):
+            lines.append(f"≠ <b>Texts differ from token {d.get('position')}</b>: the target's top-2 margin there is "
+                         f"{ms} logits — a near-tie that reduced precision can flip (verifying many tokens in one "
+                         "pass rounds differently from one at a time). Both continuations are the target's greedy "
+                         "choice up to rounding.")
+        else:
+            lines.append(f"≠ <b>Texts differ from token {d.get('position')}</b> (target top-2 margin {ms} logits). "
+                         "That is not a near-tie: at temperature 0 this should not happen — please report it.")
+    return "<br>".join(lines)
+
+
+class RaceView(QWidget):
+    race_done = Signal(object)  # the result dict (also for a stopped race)
+    race_started = Signal()
+
+    def __init__(self, theme: Theme | None = None, parent=None):
+        super().__init__(parent)
+        self.theme = theme or Theme(False)
+        self.worker = None
+        self.ready = False
+        self.has_draft = False
+        self.model_info: dict = {}
+        self.presets = load_presets()
+        self.active: RaceRequest | None = None
+        self.result: dict | None = None
+        self.waiting = False
+        self._next_id = 0
+        self._build()
+        self._update_buttons()
+
+    # -- layout ---------------------------------------------------------------------------
+    def _build(self) -> None:
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(14, 10, 14, 10)
+        lay.setSpacing(6)
+
+        row = QHBoxLayout()
+        self.preset_box = QComboBox()
+        self.preset_box.addItem("Preset prompts…")
+        for p in self.presets:
+            self.preset_box.addItem(p["name"])
+        self.preset_box.currentIndexChanged.connect(self._preset_chosen)
+        row.addWidget(self.preset_box, 1)
+        row.addWidget(QLabel("Proposer"))
+        self.proposer_box = QComboBox()
+        for key, label in PROPOSER_LABELS.items():
+            self.proposer_box.addItem(label, key)
+        row.addWidget(self.proposer_box)
+        row.addWidget(QLabel("k"))
+        self.k_box = QComboBox()
+        for k in range(1, 9):
+            self.k_box.addItem(str(k), k)
+        self.k_box.addItem("adaptive", "adaptive")
+        self.k_box.setCurrentIndex(3)
+        row.addWidget(self.k_box)
+        row.addWidget(QLabel("Max tokens"))
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 4096)
+        self.max_tokens.setValue(128)
+        row.addWidget(self.max_tokens)
+        row.addWidget(QLabel("T"))
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setDecimals(2)
+        self.temperature.setToolTip("0 = greedy: both lanes must produce the same text")
+        row.addWidget(self.temperature)
+        row.addWidget(QLabel("Seed"))
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        row.addWidget(self.seed)
+        lay.addLayout(row)
+
+        prow = QHBoxLayout()
+        self.prompt = QPlainTextEdit()
+        self.prompt.setObjectName("Composer")
+        self.prompt.setPlaceholderText("The prompt both lanes answer (pick a preset or paste your own)…")
+        self.prompt.setFixedHeight(64)
+        self.prompt.textChanged.connect(self._update_buttons)
+        prow.addWidget(self.prompt, 1)
+        btns = QVBoxLayout()
+        self.start_button = QPushButton("Start race")
+        self.start_button.setObjectName("SendButton")
+        self.start_button.clicked.connect(self.start)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        btns.addWidget(self.start_button)
+        btns.addWidget(self.stop_button)
+        prow.addLayout(btns)
+        lay.addLayout(prow)
+
+        self.note = QLabel(CLOCK_NOTE)
+        self.note.setObjectName("Muted")
+        self.note.setWordWrap(True)
+        lay.addWidget(self.note)
+        self.legend = Legend(self.theme)
+        self.legend.layout().setContentsMargins(0, 0, 0, 0)
+        self.legend.toggled.connect(self.set_colours)
+        lay.addWidget(self.legend)
+
+        lanes = QHBoxLayout()
+        lanes.setSpacing(10)
+        self.lanes = {"standard": LaneWidget("standard", self.theme), "speculative": LaneWidget("speculative", self.theme)}
+        lanes.addWidget(self.lanes["standard"], 1)
+        lanes.addWidget(self.lanes["speculative"], 1)
+        lay.addLayout(lanes, 1)
+
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setStyleSheet(f"QLabel {{ border: 1px solid {self.theme.values['border']}; border-radius: 8px; "
+                                   f"padding: 8px; background: {self.theme.values['panel']}; }}")
+        self.summary.setMinimumHeight(60)
+        lay.addWidget(self.summary)
+
+        erow = QHBoxLayout()
+        self.status = QLabel("Load models to race.")
+        self.status.setObjectName("Muted")
+        erow.addWidget(self.status, 1)
+        self.png_button = QPushButton("Export PNG…")
+        self.png_button.clicked.connect(self.export_png_dialog)
+        self.json_button = QPushButton("Export JSON…")
+        self.json_button.clicked.connect(self.export_json_dialog)
+        erow.addWidget(self.png_button)
+        erow.addWidget(self.json_button)
+        lay.addLayout(erow)
+
+    # -- wiring ---------------------------------------------------------------------------
+    def attach(self, worker) -> None:
+        """Listen to a RaceWorker (signals arrive queued, in the GUI thread)."""
+        self.worker = worker
+        worker.started.connect(self._on_started)
+        worker.events.connect(self._on_events)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+
+    def set_models(self, info: dict | None) -> None:
+        """{"target": info, "draft": info | None} from the loader, or None when nothing is loaded."""
+        self.model_info = dict(info or {})
+        self.ready = info is not None
+        self.has_draft = bool(info and info.get("draft"))
+        item = self.proposer_box.model().item(0)  # "draft model"
+        item.setEnabled(self.has_draft)
+        if not self.has_draft:
+            self.proposer_box.setCurrentIndex(1)
+        t = (self.model_info.get("target") or {}).get("name")
+        self.status.setText(f"Ready: {t}" if self.ready else "Load models to race.")
+        self._update_buttons()
+
+    def models_failed(self, _message: str = "") -> None:
+        self.set_models(None)
+
+    def _preset_chosen(self, index: int) -> None:
+        if index <= 0 or index > len(self.presets):
+            return
+        p = self.presets[index - 1]
+        self.prompt.setPlainText(p["prompt"])
+        if p.get("max_new_tokens"):
+            self.max_tokens.setValue(int(p["max_new_tokens"]))
+
+    # -- racing ---------------------------------------------------------------------------
+    def settings(self) -> dict:
+        return {
+            "proposer": self.proposer_box.currentData(),
+            "draft_tokens": self.k_box.currentData(),
+            "max_new_tokens": self.max_tokens.value(),
+            "temperature": round(self.temperature.value(), 4),
+            "seed": self.seed.value(),
+        }
+
+    def start(self, text: str | None = None) -> bool:
+        if not isinstance(text, str):
+            text = self.prompt.toPlainText()
+        text = text.strip()
+        if not text or not self.ready or self.active is not None or self.worker is None:
+            return False
+        s = self.settings()
+        if s["proposer"] == "draft" and not self.has_draft:
+            s["proposer"] = "prompt-lookup"
+        self._next_id += 1
+        req = RaceRequest(request_id=self._next_id, prompt=text, **s)
+        self.active = req
+        self.result = None
+        self.waiting = True
+        self.lanes["standard"].reset("Standard decoding", req.max_new_tokens)
+        self.lanes["speculative"].reset(f"Speculative · {PROPOSER_LABELS[req.proposer]}", req.max_new_tokens)
+        self.summary.setText("")
+        self.status.setText("Waiting for the device (warm-up, or a chat answer still running)…")
+        self._update_buttons()
+        self.worker.request_race(req)
+        return True
+
+    def stop(self) -> None:
+        if self.active is None:
+            return
+        self.worker.stop(self.active.request_id)
+        self.active.cancel.set()  # also when it has not started yet
+
+    def shutdown(self) -> None:
+        if self.active is not None and self.worker is not None:
+            self.stop()
+
+    def _is_current(self, request_id: int) -> bool:
+        return self.active is not None and self.active.request_id == request_id
+
+    def _on_started(self, request_id: int) -> None:
+        if not self._is_current(request_id):
+            return
+        self.waiting = False
+        for lane in self.lanes.values():
+            lane.begin()
+        self.status.setText("Racing…")
+        self.race_started.emit()
+
+    def _on_events(self, request_id: int, batch: list) -> None:
+        if not self._is_current(request_id) or self.active.cancel.is_set():
+            return
+        by_lane: dict[str, list] = {}
+        for rev in batch:
+            by_lane.setdefault(rev.lane, []).append(rev)
+        for name, revs in by_lane.items():
+            self.lanes[name].add(revs)
+
+    def _on_finished(self, request_id: int, result: dict) -> None:
+        if not self._is_current(request_id):
+            return
+        req = self.active
+        self.active = None
+        self.waiting = False
+        result = dict(result)
+        result["prompt"] = req.prompt
+        result["models"] = self.model_info
+        self.result = result
+        cancelled = bool(result.get("cancelled"))
+        for name, lane in self.lanes.items():
+            lane.finish(result.get(name), "stopped" if cancelled else "")
+        if not cancelled:
+            sp = result.get("speedup", 0.0)
+            winner = "speculative" if sp > 1 else "standard"
+            self.lanes[winner].badge.setText("▲ faster")
+        self.summary.setText(summary_html(result))
+        self.status.setText("Race stopped" if cancelled else "Race finished — export it below")
+        self._update_buttons()
+        self.race_done.emit(result)
+
+    def _on_failed(self, request_id: int, message: str) -> None:
+        if not self._is_current(request_id):
+            return
+        self.active = None
+        self.waiting = False
+        for lane in self.lanes.values():
+            lane.finish(None, "failed")
+        self.summary.setText(f"<b>The race failed:</b> {html.escape(message)}")
+        self.status.setText("Race failed")
+        self._update_buttons()
+        self.race_done.emit({"error": message})
+
+    def _update_buttons(self) -> None:
+        busy = self.active is not None
+        self.start_button.setEnabled(self.ready and not busy and bool(self.prompt.toPlainText().strip()))
+        self.start_button.setText("Start race" if self.ready else "Loading…")
+        self.stop_button.setEnabled(busy)
+        done = self.result is not None and not busy
+        self.png_button.setEnabled(done)
+        self.json_button.setEnabled(done)
+
+    def set_colours(self, on: bool) -> None:
+        for lane in self.lanes.values():
+            lane.set_colours(on)
+
+    # -- export ---------------------------------------------------------------------------
+    def export_png(self, path: Path | str) -> Path:
+        path = Path(path)
+        if not self.grab().save(str(path), "PNG"):
+            raise OSError(f"could not write {path}")
+        return path
+
+    def export_json(self, path: Path | str) -> Path:
+        """The race's timings and texts: RaceResult.to_dict() plus prompt and models."""
+        path = Path(path)
+        data = dict(self.result or {})
+        data["exported_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+        return path
+
+    def export_png_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export race as PNG", "race.png", "PNG image (*.png)")
+        if path:
+            self.export_png(path)
+            self.status.setText(f"Exported to {path}")
+
+    def export_json_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export race timings as JSON", "race.json", "JSON (*.json)")
+        if path:
+            self.export_json(path)
+            self.status.setText(f"Exported to {path}")
+
+
+def add_race_tab(window) -> RaceView:
+    """The main window's hook: a Race tab next to Chat, sharing the chat worker's thread (one
+    device, so a race and a chat never compute at once) and its loaded engine."""
+    view = RaceView(window.theme)
+    worker, _thread = start_race_worker(lambda: window.worker.engine, window, thread=window.thread)
+    view.race_worker = worker
+    view.attach(worker)
+    window.worker.loaded.connect(view.set_models)
+    window.worker.load_failed.connect(view.models_failed)
+    window.tabs.addTab(view, "Race")
+    return view

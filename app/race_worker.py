@@ -1,0 +1,145 @@
+"""The race worker: runs specdec_core.race in a worker thread and streams race events.
+
+Same rules as app/worker.py:
+- no torch / engine import at module import time (the race module is imported lazily in the slot);
+- never touches widgets: signals only (queued to the GUI thread);
+- every request carries an id, echoed on each signal;
+- stop is cooperative: the GUI sets the request's threading.Event; the race stops calling its
+  lanes at once and the decoders end within their current step;
+- events are batched: one `events` signal about every 30 ms.
+
+The engine comes from `engine_provider()`, called in the worker's thread at the start of each
+race. In the app the race worker lives in the chat worker's own thread and reads its engine:
+one thread for the device, so a race and a chat never compute at the same time (either would
+distort the other's clock); a request simply waits until the thread is free.
+
+`start_race_worker()` is the one function that wires a RaceWorker to its thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from .worker import BATCH_SECONDS, _one_line
+
+
+@dataclass(frozen=True)
+class RaceRequest:
+    """One race. Plain values only: the GUI builds it without torch."""
+
+    request_id: int
+    prompt: str
+    system: str = ""
+    proposer: str = "draft"  # "draft" | "prompt-lookup"
+    draft_tokens: int | str = 4
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    def messages(self) -> list[dict[str, str]]:
+        out = [{"role": "system", "content": self.system}] if self.system.strip() else []
+        return out + [{"role": "user", "content": self.prompt}]
+
+
+class RaceWorker(QObject):
+    started = Signal(int)  # request id: the race got the thread and its clocks start
+    events = Signal(int, object)  # request id, [RaceEvent(lane, event, clock), ...]
+    finished = Signal(int, object)  # request id, RaceResult.to_dict()
+    failed = Signal(int, str)
+
+    _race_requested = Signal(object)
+
+    def __init__(self, engine_provider: Callable[[], Any]) -> None:
+        super().__init__()
+        self.engine_provider = engine_provider
+        self._lock = threading.Lock()
+        self._current: RaceRequest | None = None
+        self._race_requested.connect(self._race)
+
+    # -- GUI-thread API -------------------------------------------------------------------
+    def request_race(self, request: RaceRequest) -> None:
+        self._race_requested.emit(request)
+
+    def stop(self, request_id: int | None = None) -> None:
+        """Cancel the running race (or only `request_id`). Thread-safe."""
+        with self._lock:
+            cur = self._current
+        if cur is not None and (request_id is None or cur.request_id == request_id):
+            cur.cancel.set()
+
+    # -- worker-thread slot ---------------------------------------------------------------
+    @Slot(object)
+    def _race(self, req: RaceRequest) -> None:
+        if req.cancel.is_set():
+            self.finished.emit(req.request_id, {"cancelled": True})
+            return
+        engine = self.engine_provider()
+        if engine is None:
+            self.failed.emit(req.request_id, "no models are loaded yet")
+            return
+        with self._lock:
+            self._current = req
+        try:
+            from specdec_core.decoder import DecodeSettings  # lazily, in this thread
+            from specdec_core.race import start_race
+            from specdec_core.sampling import SamplingParams
+
+            settings = DecodeSettings(
+                max_new_tokens=req.max_new_tokens,
+                sampling=SamplingParams(req.temperature, req.top_k, req.top_p),
+                draft_tokens=req.draft_tokens,
+                seed=req.seed,
+            )
+            race = start_race(engine, engine.encode_chat(req.messages()), settings, req.proposer, req.cancel)
+            self.started.emit(req.request_id)
+            batch: list = []
+            last = time.perf_counter()
+            for rev in race:
+                batch.append(rev)
+                now = time.perf_counter()
+                if now - last >= BATCH_SECONDS:
+                    self.events.emit(req.request_id, batch)
+                    batch = []
+                    last = now
+            if batch:
+                self.events.emit(req.request_id, batch)
+            self.finished.emit(req.request_id, race.result.to_dict())
+        except Exception as exc:
+            traceback.print_exc()
+            self.failed.emit(req.request_id, _one_line(exc))
+        finally:
+            with self._lock:
+                self._current = None
+
+
+def start_race_worker(engine_provider: Callable[[], Any], parent: QObject | None = None,
+                      thread: QThread | None = None) -> tuple[RaceWorker, QThread]:
+    """The one place a RaceWorker is wired to its thread. With `thread` (the chat worker's), it
+    shares that running thread; without, it gets its own, started here. Returns (worker, thread)."""
+    own = thread is None
+    if own:
+        thread = QThread(parent)
+        thread.setObjectName("specdec-race-worker")
+    worker = RaceWorker(engine_provider)
+    worker.moveToThread(thread)
+    thread.finished.connect(worker.deleteLater)
+    if own:
+        thread.start()
+    return worker, thread
+
+
+def stop_race_worker(worker: RaceWorker, thread: QThread, timeout_ms: int = 10000) -> bool:
+    """Cancel the race, end the thread's event loop and wait for it. True when it ended."""
+    worker.stop()
+    thread.quit()
+    return thread.wait(timeout_ms)
