@@ -8,7 +8,7 @@ Rules (see DESIGN.md):
   from a request it no longer waits for (a stopped generation never lands in a newer message);
 - stop is cooperative: the GUI sets the request's threading.Event directly (thread-safe); the
   decoder checks it between steps and the worker stops forwarding tokens at once;
-- tokens are batched: one `tokens` signal about every 30 ms, not one per token.
+- tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token.
 
 `start_worker()` is the one function that wires a Worker to its QThread.
 """
@@ -171,7 +171,10 @@ class Worker(QObject):
                     continue  # stopped: forward nothing more; the decoder ends within this step
                 batch.append(ev)
                 now = time.perf_counter()
-                if now - last >= BATCH_SECONDS:
+                # Flush only at the end of a step (its one target token: not "accepted"): the
+                # rest of a step's events arrive at once, then the decoder computes the next
+                # step -- a flush mid-step would hold that step's tail back a whole step.
+                if ev.kind.value != "accepted" and now - last >= BATCH_SECONDS:
                     self.tokens.emit(req.request_id, batch)
                     batch = []
                     last = now
