@@ -6,7 +6,7 @@ Same rules as app/worker.py:
 - every request carries an id, echoed on each signal;
 - stop is cooperative: the GUI sets the request's threading.Event; the race stops calling its
   lanes at once and the decoders end within their current step;
-- events are batched: one `events` signal about every 30 ms.
+- events are batched: one `events` signal about every 30 ms, at a step's end.
 
 The engine comes from `engine_provider()`, called in the worker's thread at the start of each
 race. In the app the race worker lives in the chat worker's own thread and reads its engine:
@@ -107,7 +107,9 @@ class RaceWorker(QObject):
             for rev in race:
                 batch.append(rev)
                 now = time.perf_counter()
-                if now - last >= BATCH_SECONDS:
+                # flush only at a step's end (its target token: not "accepted"); the rest of a
+                # step comes out at once, and a mid-step flush would hold its tail back a step
+                if rev.event.kind.value != "accepted" and now - last >= BATCH_SECONDS:
                     self.events.emit(req.request_id, batch)
                     batch = []
                     last = now
