@@ -6,7 +6,8 @@
 #   EXE            the built executable (default: packaging/dist/specdec-chat/specdec-chat)
 #   --fresh-cache  use an empty model cache (SPECDEC_CACHE_DIR in a temp dir): the first-run path,
 #                  assembling the embedded pair from the bundled parts and converting it
-#                  (minutes on CPU, ~9 GB written); without it the user's cache is used as is.
+#                  (minutes on CPU, ~9 GB written); without it the user's cache is used as is
+#                  ($SPECDEC_CACHE_DIR, when set, is passed through).
 #
 # Clean environment: `env -i` (HOME, PATH=/usr/bin:/bin, QT_QPA_PLATFORM=offscreen only), and,
 # where a private mount namespace is allowed (root), the project's .venv, its source folders
@@ -17,6 +18,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 EXE="$HERE/dist/specdec-chat/specdec-chat"
 CACHE_ENV=()
+[[ -n "${SPECDEC_CACHE_DIR:-}" ]] && CACHE_ENV=("SPECDEC_CACHE_DIR=$SPECDEC_CACHE_DIR")  # passed through
 for arg in "$@"; do
   case "$arg" in
     --fresh-cache) FRESH="$(mktemp -d /tmp/specdec-fresh-cache.XXXXXX)"; CACHE_ENV=("SPECDEC_CACHE_DIR=$FRESH") ;;
@@ -27,7 +29,7 @@ done
 
 HIDE=()
 for d in "$ROOT/.venv" "$ROOT/app" "$ROOT/specdec_core" /usr/lib/python3* /usr/local/lib/python3* \
-         /usr/lib/python3/dist-packages "$HOME/.local/lib"; do
+         "$HOME/.local/lib"; do
   [[ -d "$d" ]] && HIDE+=("$d")
 done
 
