@@ -41,17 +41,31 @@ class Engine:
         dtype: str = "auto",
         quantization: str | None = None,
         progress: Callable[[str, float | None], None] | None = None,
+        cpu_kernels: str = "auto",
         **load_kwargs,
     ) -> Engine:
-        """Load a pair by SPEC (see models) and check it is compatible before any decoding."""
+        """Load a pair by SPEC (see models) and check it is compatible before any decoding.
+
+        cpu_kernels: "auto" runs float32 CPU models' linears through oneDNN (see
+        cpu_kernels.py: verification-shaped matmuls are several times cheaper); "default"
+        keeps torch's own kernels.
+        """
+        from .cpu_kernels import use_onednn_linears
         from .models import check_compatible, load_model
 
+        if cpu_kernels not in ("auto", "default"):
+            raise EngineError(f"cpu_kernels must be 'auto' or 'default', got {cpu_kernels!r}")
         t = load_model(target, role="target", device=device, dtype=dtype, quantization=quantization,
                        progress=progress, **load_kwargs)
         d = None
         if draft is not None:
             d = load_model(draft, role="draft", device=t.info.device, dtype=dtype, progress=progress, **load_kwargs)
             check_compatible(t, d)
+        # The target only: it is the one that verifies k+1 rows at a time. The draft feeds one
+        # row per pass, where MKL is as fast and oneDNN's per-call format conversions
+        # (~0.25 ms per linear, ~170 linears in the draft) would only add cost.
+        if cpu_kernels == "auto" and t.info.device == "cpu" and use_onednn_linears(t.model):
+            t.info.notes.append("linear layers run through oneDNN (fast k+1-row verification)")
         return cls(t, d)
 
     # -- prompts ---------------------------------------------------------------------------

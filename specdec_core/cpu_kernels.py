@@ -1,0 +1,65 @@
+"""CPU kernels for verification-shaped matmuls.
+
+A verification pass multiplies k+1 rows by every weight matrix. On CPU, torch's default
+float32 path (MKL sgemm) is tuned for big matrices: measured here (AMD EPYC, AVX2), 5 rows
+cost 3-9x one row, although the work is bound by reading the weights once either way. oneDNN's
+linear keeps 5 rows within ~1.2x of one row. That is the difference between speculative
+decoding winning and losing on a CPU, so on CPU the decoder's models run their Linear layers
+through oneDNN (weights prepacked once, at load).
+
+Both standard and speculative decoding use the same converted model, so the product's
+comparisons stay like for like.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class OneDNNLinear(nn.Module):
+    """nn.Linear computed by oneDNN (torch._C._nn.mkldnn_linear) on prepacked weights."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.weight_mkldnn = linear.weight.detach().float().to_mkldnn()
+        self.bias_mkldnn = None if linear.bias is None else linear.bias.detach().float().to_mkldnn()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).float().to_mkldnn()
+        y = torch._C._nn.mkldnn_linear(x2, self.weight_mkldnn, self.bias_mkldnn).to_dense()
+        return y.reshape(*lead, self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, onednn"
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available()
+
+
+def use_onednn_linears(model: nn.Module, include_head: bool = True) -> int:
+    """Swap every float32 nn.Linear on CPU for OneDNNLinear, in place; returns how many.
+
+    The output head is skipped when its weight is tied to the input embedding (converting it
+    would keep a second copy of the largest matrix) unless include_head is forced.
+    """
+    if not onednn_available():
+        return 0
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    tied = head is not None and head.weight is getattr(model.get_input_embeddings(), "weight", None)
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not nn.Linear or child.weight.device.type != "cpu":
+                continue
+            if child.weight.dtype != torch.float32:
+                continue
+            if child is head and tied and not include_head:
+                continue
+            setattr(parent, name, OneDNNLinear(child))
+            swapped += 1
+    return swapped
