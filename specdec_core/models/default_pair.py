@@ -35,6 +35,8 @@ def _install_hint(reinstall: bool = False) -> str:
     if getattr(sys, "frozen", False):
         return FROZEN_HINT.format(cache=cache.cache_dir())
     return "install it with: " + (REINSTALL_HINT if reinstall else INSTALL_HINT)
+
+
 _CHUNK = 8 * 2**20
 
 
