@@ -110,6 +110,7 @@ def _run(args) -> int:
     from .machine import load_average, machine_info
     from .memory import PeakMemory
     from .modes import build_modes, parse_draft_lengths, parse_lookup_tokens
+    from .plots import write_plots
     from .prompts import load_prompts
     from .report import build_rows, render_markdown, summarize, write_json
     from .runner import NEAR_TIE_MARGIN, RunSettings, run_suite
@@ -192,8 +193,6 @@ def _run(args) -> int:
         "warmup": raw["warmup"],
         "prompts": [p.to_dict() for p in prompts],
     }
-    from .plots import write_plots
-
     plots = write_plots(out, report)
     report["plots"] = plots
     write_json(out / "report.json", report)

@@ -31,14 +31,15 @@ def clean_config(max_new_tokens: int, temperature: float, top_k: int, top_p: flo
     from transformers import GenerationConfig
 
     sample = temperature > 0
+    # greedy: temperature/top-k/top-p stay unset, i.e. transformers' neutral defaults (the
+    # model's own values cannot fill them: its generation_config is swapped out meanwhile)
+    warp = dict(temperature=temperature, top_k=top_k, top_p=top_p) if sample else {}
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
         min_new_tokens=0,
         do_sample=sample,
         num_beams=1,
-        temperature=temperature if sample else 1.0,
-        top_k=top_k if sample else 0,
-        top_p=top_p if sample else 1.0,
+        **warp,
         repetition_penalty=1.0,
         no_repeat_ngram_size=0,
         eos_token_id=list(eos_token_ids),

@@ -14,7 +14,7 @@ import psutil
 
 
 class PeakMemory:
-    def __init__(self, device: str, interval: float = 0.005):
+    def __init__(self, device: str, interval: float = 0.02):
         self.cuda = str(device).startswith("cuda")
         self.interval = interval
         self._proc = psutil.Process()

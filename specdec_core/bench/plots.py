@@ -63,7 +63,8 @@ def _toks_by_category(summ, modes, report):
         ax.bar(x - 0.4 + width * (i + 0.5), med, width, yerr=[lo, hi], capsize=2, color=c, hatch=hatch,
                edgecolor="black" if m.is_hf else None, linewidth=0.4, label=m.name.replace("speculative ", "spec "))
     ax.set_xticks(x, groups)
-    ax.set_ylabel("tokens / s (median over prompts; bars: min–max of runs)")
+    ax.set_ylabel("tokens / s (median over prompts)")
+    ax.set_xlabel("error bars: slowest to fastest single run", fontsize=7)
     ax.set_title(f"Generation speed by mode and category — {_subtitle(report)}", fontsize=9)
     ax.legend(fontsize=7, ncol=min(4, n), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
     ax.grid(axis="y", alpha=0.3)
@@ -100,17 +101,19 @@ def _speedup_vs_k(summ, modes, report):
         v = summ["overall"][HF_ASSISTED]["speedup_vs_standard"]
         if v is not None:
             ax.axhline(v, color="grey", lw=1.0, ls="--")
-            ax.text(-0.3, v, f" transformers assisted ({v:.2f}×)", va="bottom", fontsize=7, color="dimgray")
+            ax.text(len(labels) - 0.65, v, f"transformers assisted ({v:.2f}×) ", va="bottom", ha="right",
+                    fontsize=7, color="dimgray")
     if HF_GENERATE in {m.name for m in modes}:
         v = summ["overall"][HF_GENERATE]["speedup_vs_standard"]
         if v is not None:
             ax.axhline(v, color="grey", lw=0.8, ls=":")
-            ax.text(-0.3, v, f" transformers generate ({v:.2f}×)", va="top", fontsize=7, color="dimgray")
+            ax.text(len(labels) - 0.65, v, f"transformers generate ({v:.2f}×) ", va="top", ha="right",
+                    fontsize=7, color="dimgray")
     ax.set_xticks(range(len(labels)), labels)
     ax.set_xlim(-0.4, len(labels) - 0.6)
     ax.set_xlabel("draft length k")
     ax.set_ylabel("speedup vs standard (tok/s ratio, median over prompts)")
-    ax.set_title(f"Speedup vs draft length — {_subtitle(report)}", fontsize=9)
+    ax.set_title(f"Speedup vs draft length — {_subtitle(report)}", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
@@ -131,10 +134,13 @@ def _acceptance_by_position(summ, modes, report):
         ys = [v for v in acc if v is not None]
         ax.plot(xs, ys, marker="o", color=c, label=m.name.replace("speculative ", "spec "),
                 ls="--" if m.kind == "prompt-lookup" else "-")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("position in the draft (1 = first proposed token)")
     ax.set_ylabel("P(accepted | proposed at this position)")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"Acceptance per draft position, all prompts — {_subtitle(report)}", fontsize=9)
+    ax.set_title(f"Acceptance per draft position (all prompts) — {_subtitle(report)}", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, frameon=False)
     fig.tight_layout()
