@@ -85,18 +85,22 @@ class Engine:
         return self.encode_chat([{"role": "user", "content": text}])
 
     # -- decoding --------------------------------------------------------------------------
-    def proposer(self, name: str) -> Proposer:
+    def new_proposer(self, name: str) -> Proposer:
+        """A fresh proposer with its own state (the race needs one the chat does not share)."""
         if name not in PROPOSERS:
             raise EngineError(f"unknown proposer {name!r}; choose one of: {', '.join(PROPOSERS)}")
-        if name == "draft" and self.draft is None:
+        if name == "prompt-lookup":
+            return PromptLookupProposer()
+        if self.draft is None:
             raise EngineError("no draft model is loaded: pass --draft SPEC, or use --proposer prompt-lookup")
+        # the target's logits width (config, not weight shape: 4-bit weights are packed)
+        vocab = self.target.model.config.get_text_config().vocab_size
+        return DraftModelProposer(self.draft.model, vocab)
+
+    def proposer(self, name: str) -> Proposer:
+        """The engine's own proposer of that kind, created once and reused across messages."""
         if name not in self._proposers:
-            if name == "draft":
-                # the target's logits width (config, not weight shape: 4-bit weights are packed)
-                vocab = self.target.model.config.get_text_config().vocab_size
-                self._proposers[name] = DraftModelProposer(self.draft.model, vocab)
-            else:
-                self._proposers[name] = PromptLookupProposer()
+            self._proposers[name] = self.new_proposer(name)
         return self._proposers[name]
 
     def generate(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from .decoder import DecodeSettings, Decoder
 from .events import Divergence, Stats, TokenEvent, first_divergence
-from .proposers import DraftModelProposer, PromptLookupProposer, Proposer
+from .proposers import Proposer
 
 LANES = ("standard", "speculative")
 
@@ -213,20 +213,6 @@ class Race:
         return self.result
 
 
-def make_proposer(engine, name: str) -> Proposer:
-    """A fresh proposer for the race (never the engine's shared one, whose caches the chat uses)."""
-    from .engine import PROPOSERS, EngineError
-
-    if name not in PROPOSERS:
-        raise EngineError(f"unknown proposer {name!r}; choose one of: {', '.join(PROPOSERS)}")
-    if name == "draft":
-        if engine.draft is None:
-            raise EngineError("no draft model is loaded: load a draft, or race with the prompt-lookup proposer")
-        vocab = engine.target.model.config.get_text_config().vocab_size
-        return DraftModelProposer(engine.draft.model, vocab)
-    return PromptLookupProposer()
-
-
 def near_tie_margin(engine) -> float:
     dtype = str(getattr(getattr(engine.target, "info", None), "dtype", "float32")).replace("torch.", "")
     return NEAR_TIE_MARGIN.get(dtype, 1e-2)
@@ -243,7 +229,7 @@ def start_race(
     """Set up a race on a loaded Engine: two fresh decoders over the same target (each lane its
     own KV cache), one fresh proposer. `proposer` is a name, or a Proposer object (tests)."""
     cancel = cancel if cancel is not None else threading.Event()
-    prop = make_proposer(engine, proposer) if isinstance(proposer, str) else proposer
+    prop = engine.new_proposer(proposer) if isinstance(proposer, str) else proposer
     t = engine.target
     lanes_dec = {n: Decoder(t.model, engine.tokenizer, t.eos_token_ids) for n in LANES}
     props = {"standard": None, "speculative": prop}
