@@ -32,8 +32,9 @@ if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 if ! "$PYTHON" -c "import PyInstaller" 2>/dev/null; then
-  echo "pyinstaller is not installed in $PYTHON; run: $PYTHON -m pip install pyinstaller" >&2
-  exit 1
+  # the `packaging` extra of pyproject.toml: install it rather than stop a fresh checkout
+  echo "installing pyinstaller into $PYTHON (pip install -e '.[packaging]')" >&2
+  "$PYTHON" -m pip install -q -e ".[packaging]" >&2
 fi
 VERSION="$("$PYTHON" -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")"
 ARCH="$(uname -m)"
