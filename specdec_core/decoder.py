@@ -187,8 +187,9 @@ class Decoder:
             if proposer is not None:
                 proposer.observe(ids, verdict.n_accepted)
                 # 6. the policy learns from the step's measured costs (not step 0's: its
-                # times include both models' prompt prefill, not the cost of k)
-                if k > 0 and step > 0:
+                # times include both models' prompt prefill, not the cost of k); a step
+                # with nothing proposed measures what a plain target step costs
+                if step > 0:
                     policy.observe(k, verdict.n_accepted, t_verify - t_draft, t_done - t_verify)
             step += 1
             if new[-1] in self.eos:
