@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 
 class FixedDraftLength:
+    min_confidence = 0.0  # fixed k means k: no early stop
+
     def __init__(self, k: int):
         if k < 1:
             raise ValueError(f"draft length must be >= 1, got {k}")
@@ -47,7 +49,10 @@ class FixedDraftLength:
 @dataclass
 class AdaptiveDraftLength:
     k_min: int = 0  # 0 = a plain target step: chosen when speculation does not pay here
-    k_max: int = 10
+    k_max: int = 16
+    # the draft stops early after a token it gives less than this (transformers' assisted
+    # generation uses 0.4): long drafts where the draft is sure, short ones where it is not
+    min_confidence: float = 0.4
     k_start: int = 4
     decay: float = 0.9
     ema: float = 0.3

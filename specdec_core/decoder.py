@@ -135,7 +135,7 @@ class Decoder:
             t_draft = time.perf_counter()
             if proposer is not None and remaining > 1:
                 k = min(policy.next_k(), remaining - 1)
-                proposal = proposer.propose(ids, k, params, rng)
+                proposal = proposer.propose(ids, k, params, rng, policy.min_confidence)
                 stats.draft_forward_passes += proposal.forward_passes
             draft = proposal.tokens
             k = len(draft)

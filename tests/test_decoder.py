@@ -203,3 +203,15 @@ def test_first_divergence_reports_position_and_margin(tiny):
     assert d.position == 4 and d.token_b == 99 and d.margin == pytest.approx(min(a[4].margin, 0.001))
     assert d.is_near_tie(0.01)
     assert first_divergence(a, a) is None
+
+
+def test_confidence_stop_shortens_drafts_and_keeps_exactness(tiny):
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    for prompt in PROMPTS[:3]:
+        ref = dec.generate(prompt, DecodeSettings(max_new_tokens=20)).run().token_ids
+        prop.reset()
+        p = prop.propose(list(prompt), 8, SamplingParams(), torch.Generator(), min_confidence=1.01)
+        assert len(p.tokens) == 1  # nothing is more than certain: stop after the first token
+        spec = dec.generate(prompt, DecodeSettings(max_new_tokens=20, draft_tokens="adaptive"), prop).run()
+        assert spec.token_ids == ref

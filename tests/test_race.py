@@ -64,10 +64,10 @@ class SlowProposer(PromptLookupProposer):
         self.delay = delay
         self.calls = 0
 
-    def propose(self, ids, k, params, rng):
+    def propose(self, ids, k, params, rng, min_confidence=0.0):
         self.calls += 1
         time.sleep(self.delay)
-        return super().propose(ids, k, params, rng)
+        return super().propose(ids, k, params, rng, min_confidence)
 
 
 def test_each_lane_clock_counts_only_its_own_steps(engine, prompt_ids):

@@ -36,9 +36,12 @@ class Proposer(Protocol):
         """Forget everything: a new sequence starts."""
 
     def propose(
-        self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator
+        self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator,
+        min_confidence: float = 0.0,
     ) -> Proposal:
-        """Up to k tokens continuing `ids` (the committed sequence: prompt + emitted)."""
+        """Up to k tokens continuing `ids` (the committed sequence: prompt + emitted). A
+        proposer with a notion of confidence may stop early, after a token it gives less
+        than `min_confidence`; the decision must depend on the proposer's own state only."""
 
     def observe(self, ids: list[int], n_accepted: int) -> None:
         """The target kept n_accepted of the last proposal; `ids` is the new committed

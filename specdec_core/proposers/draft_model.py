@@ -20,7 +20,8 @@ class DraftModelProposer:
     def reset(self) -> None:
         self.lm.reset()
 
-    def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator) -> Proposal:
+    def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator,
+                min_confidence: float = 0.0) -> Proposal:
         if k <= 0:
             return Proposal([])
         tokens: list[int] = []
@@ -33,13 +34,21 @@ class DraftModelProposer:
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
             if params.greedy:
                 tok = int(torch.argmax(logits))
+                # the draft's own probability of its pick (softmax at T=1) -- only if asked
+                conf = float(torch.softmax(logits.float(), -1)[tok]) if min_confidence > 0 else 1.0
             else:
                 q = probabilities(logits[None], params)[0]  # [V]
                 u = float(torch.rand((), generator=rng))
                 tok = sample_from(q, u)
                 q_rows.append(q)
+                conf = float(q[tok])
             tokens.append(tok)
             pending = [tok]
+            # An unsure draft is likely rejected at the next position: stop proposing and
+            # let the target verify now. The stop depends on the draft's values only, so the
+            # acceptance rule stays exact.
+            if conf < min_confidence:
+                break
         # The last proposed token is not fed: k passes give k tokens. observe() rolls back.
         q_draft = torch.stack(q_rows) if q_rows else None
         return Proposal(tokens, q_draft, self.lm.forward_passes - start)

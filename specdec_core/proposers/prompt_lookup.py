@@ -23,7 +23,8 @@ class PromptLookupProposer:
     def reset(self) -> None:
         pass
 
-    def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator) -> Proposal:
+    def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator,
+                min_confidence: float = 0.0) -> Proposal:
         return Proposal(lookup(ids, k, self.max_ngram, self.min_ngram))
 
     def observe(self, ids: list[int], n_accepted: int) -> None:
