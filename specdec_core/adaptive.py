@@ -2,28 +2,25 @@
 
 The rule (documented in README, "Adaptive draft length"):
 
-With per-token acceptance rate alpha, a step that proposes k tokens emits on average
+1. The draft length cap K follows the measured acceptance: after a step whose full K-token
+   draft was accepted, K += 2; after a step with a rejection, K -= 1 (1 <= K <= 16). A step
+   whose draft stopped early (below) and was all accepted leaves K as it is.
+2. Within a step the draft stops early after a token it gives less than `min_confidence`
+   (0.4): long drafts where the draft is sure, short ones where it is not. The stop depends
+   on the draft's own values only, so the acceptance rule stays exact.
+3. Speculate or not: the controller keeps two measured rates, tokens per second of
+   speculative steps (emitted tokens / (draft + verify time)) and of plain target steps
+   (1 / time of a one-token step), each an exponential average. It speculates while the
+   speculative rate is at least the plain one, otherwise takes plain steps (k = 0), and
+   probes the other choice every `probe_every` steps because both drift with the text. The
+   plain rate is measured with one plain step after the first two speculative ones.
 
-    E(k) = (1 - alpha^(k+1)) / (1 - alpha)          tokens  (Leviathan et al. 2023, eq. 1)
-
-and costs  k * d + v(k)  seconds, where d is the draft's time per proposed token and v(k) the
-target's time to verify k proposals (k+1 positions). The controller picks
-
-    k* = argmax_{k_min <= k <= k_max}  E(k) / (k * d + v(k))
-
-i.e. the k with the most expected tokens per second. alpha is estimated from the observed
-steps as accepted / trials (a trial is an accepted token or the rejection that ended a step),
-both sums decayed by `decay` per step so the estimate follows the text; d is an exponential
-average of measured draft time per token; v(k) is an exponential average per k, with k's not
-yet tried read off the straight line through the ones that were (before any are measured:
-flat, the GPU-like assumption, so the first steps explore).
-
-k = 0 is a plain target step (E = 1, no draft cost). It competes once measured -- after two
-speculative steps the controller takes one plain step to measure v(0), since a one-row pass can
-run another kernel than a multi-row one (on CPU it is about half the cost) -- so where
-speculation does not pay, the controller stops speculating. While at 0 it speculates again
-every `probe_every` steps, because acceptance changes with the text. The cost ratio
-c = d / v(0) is reported as a diagnostic.
+Why measured rates and not the textbook E(k) = (1 - alpha^(k+1)) / (1 - alpha) with a cost
+model: on CPU a multi-row verification costs ~2x a one-row step whatever k (a kernel-path
+step, not a line), and real text is not i.i.d. -- code has long fully-predictable runs, where
+the confidence stop lets drafts run far past what a geometric model predicts. The acceptance
+rate alpha, the draft's time per token d and the cost ratio c = d / (plain step time) are
+still estimated and reported.
 """
 
 from __future__ import annotations
@@ -48,92 +45,70 @@ class FixedDraftLength:
 
 @dataclass
 class AdaptiveDraftLength:
-    k_min: int = 0  # 0 = a plain target step: chosen when speculation does not pay here
     k_max: int = 16
-    # the draft stops early after a token it gives less than this (transformers' assisted
-    # generation uses 0.4): long drafts where the draft is sure, short ones where it is not
-    min_confidence: float = 0.4
     k_start: int = 4
-    decay: float = 0.9
+    min_confidence: float = 0.4  # transformers' assisted generation uses the same default
     ema: float = 0.3
-    probe_every: int = 8  # while at k = 0, try speculating again every this many steps
-    # pseudo-counts: a prior alpha of 0.6 worth a handful of tokens
+    probe_every: int = 8
+    decay: float = 0.9
+    # pseudo-counts for alpha (reporting): a prior of 0.6 worth a handful of tokens
     accepted: float = 3.0
     trials: float = 5.0
+    cap: int | None = None
     draft_per_token: float | None = None
-    verify: dict[int, float] = field(default_factory=dict)
-    _next: int | None = None
-    _observed: int = 0
-    _at_zero: int = 0
+    spec_rate: float | None = None  # tokens / s of speculative steps
+    plain_rate: float | None = None  # tokens / s of plain steps
+    _spec_steps: int = 0
+    _since_probe: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cap is None:
+            self.cap = self.k_start
 
     @property
     def alpha(self) -> float:
         return min(self.accepted / self.trials, 0.999) if self.trials > 0 else 0.0
 
+    @property
+    def speculating(self) -> bool:
+        return self.plain_rate is None or self.spec_rate is None or self.spec_rate >= self.plain_rate
+
     def next_k(self) -> int:
-        if self._next is None:
-            return self.k_start
-        if self.k_min == 0 and 0 not in self.verify and self._observed >= 2:
+        if self.plain_rate is None and self._spec_steps >= 2:
             return 0  # one plain step, to measure what not speculating costs
-        if self._next == 0:
-            self._at_zero += 1
-            if self._at_zero >= self.probe_every:  # alpha and costs drift with the text
-                self._at_zero = 0
-                return max(range(1, self.k_max + 1), key=self.throughput)
-        return self._next
+        self._since_probe += 1
+        probe = self._since_probe >= self.probe_every
+        if probe:
+            self._since_probe = 0
+        if self.speculating != probe:  # speculating and not probing, or plain and probing
+            return self.cap
+        return 0
 
     def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        if k < 0:
+        seconds = draft_seconds + verify_seconds
+        if seconds <= 0:
             return
-        self._observed += 1
-        if k > 0:
-            self.accepted = self.decay * self.accepted + n_accepted
-            self.trials = self.decay * self.trials + n_accepted + (1 if n_accepted < k else 0)
-            per_tok = draft_seconds / k
-            self.draft_per_token = (per_tok if self.draft_per_token is None
-                                    else _ema(self.draft_per_token, per_tok, self.ema))
-        old = self.verify.get(k)
-        self.verify[k] = verify_seconds if old is None else _ema(old, verify_seconds, self.ema)
-        self._next = self.best_k()
-
-    def verify_cost(self, k: int) -> float:
-        if k in self.verify:
-            return self.verify[k]
-        # k >= 1 from the line through the measured k >= 1 (a one-row pass can take another
-        # kernel path than a multi-row one -- on CPU it does -- so k = 0 is never extrapolated)
-        pts = sorted((kk, v) for kk, v in self.verify.items() if kk > 0)
-        if not pts:
-            return 1.0
-        if len(pts) == 1:
-            return pts[0][1]  # flat until a second k is measured
-        # least-squares line through the measured (k, v) points, never below the cheapest
-        n = len(pts)
-        mk = sum(p[0] for p in pts) / n
-        mv = sum(p[1] for p in pts) / n
-        var = sum((p[0] - mk) ** 2 for p in pts)
-        slope = sum((p[0] - mk) * (p[1] - mv) for p in pts) / var if var else 0.0
-        return max(mv + max(slope, 0.0) * (k - mk), min(p[1] for p in pts))
-
-    def expected_tokens(self, k: int) -> float:
-        a = self.alpha
-        return (1 - a ** (k + 1)) / (1 - a)
-
-    def throughput(self, k: int) -> float:
-        d = self.draft_per_token or 0.0
-        return self.expected_tokens(k) / (k * d + self.verify_cost(k))
-
-    def best_k(self) -> int:
-        # k = 0 competes only once measured: its cost cannot be read off the k >= 1 line
-        ks = [k for k in range(self.k_min, self.k_max + 1) if k > 0 or k in self.verify]
-        return max(ks, key=self.throughput)
+        rate = (n_accepted + 1) / seconds
+        if k == 0:
+            self.plain_rate = rate if self.plain_rate is None else _ema(self.plain_rate, rate, self.ema)
+            return
+        self._spec_steps += 1
+        self.spec_rate = rate if self.spec_rate is None else _ema(self.spec_rate, rate, self.ema)
+        self.accepted = self.decay * self.accepted + n_accepted
+        self.trials = self.decay * self.trials + n_accepted + (1 if n_accepted < k else 0)
+        per_tok = draft_seconds / k
+        self.draft_per_token = per_tok if self.draft_per_token is None else _ema(self.draft_per_token, per_tok, self.ema)
+        if n_accepted < k:
+            self.cap = max(self.cap - 1, 1)
+        elif k >= self.cap:
+            self.cap = min(self.cap + 2, self.k_max)
 
     @property
     def cost_ratio(self) -> float | None:
-        """c = draft time per token / the target's time for one plain step (or the cheapest
-        verification measured, before a plain step was)."""
-        if self.draft_per_token is None or not self.verify:
+        """c = draft time per token / time of a plain target step."""
+        if self.draft_per_token is None or self.plain_rate is None:
             return None
-        return self.draft_per_token / self.verify_cost(min(self.verify))
+        return self.draft_per_token * self.plain_rate
 
 
 def _ema(old: float, new: float, w: float) -> float:

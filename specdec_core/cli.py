@@ -47,14 +47,16 @@ def _prompt_ids(value: str) -> list[int]:
     return ids
 
 
-def _positive_int(name: str):
+def int_at_least(name: str, minimum: int = 1):
+    """argparse type: an integer >= minimum, with a one-line message naming the flag."""
+
     def parse(value: str) -> int:
         try:
             n = int(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {value!r}")
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {n}")
+            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {value!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {n}")
         return n
 
     return parse
@@ -76,7 +78,7 @@ def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-new-tokens", type=_positive_int("--max-new-tokens"), default=128)
+    p.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
@@ -96,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="one user message, through the target's chat template")
     src.add_argument("--prompt-ids", type=_prompt_ids, help="raw token ids, no template: 1,2,3")
     add_sampling_args(g)
-    g.add_argument("--samples", type=_positive_int("--samples"), default=1)
+    g.add_argument("--samples", type=int_at_least("--samples"), default=1)
     g.add_argument("--proposer", default="draft", choices=["draft", "prompt-lookup"])
     g.add_argument("--json", action="store_true", help="one JSON object per line per sample")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 import sys
@@ -13,34 +12,8 @@ from pathlib import Path
 from . import BenchError
 
 
-def _positive(name: str):
-    def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {value!r}") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {n}")
-        return n
-
-    return parse
-
-
-def _non_negative(name: str):
-    def parse(value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {value!r}") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {n}")
-        return n
-
-    return parse
-
-
 def add_bench_parser(sub) -> None:
-    from ..cli import add_model_args
+    from ..cli import add_model_args, int_at_least
 
     b = sub.add_parser(
         "bench",
@@ -54,8 +27,8 @@ def add_bench_parser(sub) -> None:
                    help='JSONL of {"category": ..., "prompt": ...} or {"category": ..., "messages": [...]} '
                         "(default: the built-in set in assets/bench_prompts.jsonl)")
     b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
-    b.add_argument("--limit", type=_positive("--limit"), metavar="N", help="at most N prompts per category")
-    b.add_argument("--max-new-tokens", type=_positive("--max-new-tokens"), default=128)
+    b.add_argument("--limit", type=int_at_least("--limit"), metavar="N", help="at most N prompts per category")
+    b.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
     b.add_argument("--draft-tokens", default="1,2,4,8,adaptive", metavar="K,K,...|adaptive|none",
                    help="draft lengths to measure, comma-separated (default 1,2,4,8,adaptive); 'none' = no draft model")
     b.add_argument("--lookup-tokens", default="4", metavar="K|adaptive|none",
@@ -64,8 +37,8 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--top-k", type=int, default=0, help="0 = off")
     b.add_argument("--top-p", type=float, default=1.0, help="1 = off")
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--repeats", type=_positive("--repeats"), default=3, help="runs per prompt and mode (default 3)")
-    b.add_argument("--warmup-tokens", type=_non_negative("--warmup-tokens"), default=16,
+    b.add_argument("--repeats", type=int_at_least("--repeats"), default=3, help="runs per prompt and mode (default 3)")
+    b.add_argument("--warmup-tokens", type=int_at_least("--warmup-tokens", 0), default=16,
                    help="tokens per mode in the excluded warm-up run (0 = no warm-up)")
     b.add_argument("--baseline", choices=["hf", "none"], default="none",
                    help="hf: also time transformers' generate() and generate(assistant_model=draft)")
