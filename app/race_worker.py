@@ -27,7 +27,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from .worker import BATCH_SECONDS, _one_line
+from .worker import BATCH_SECONDS, RequestTracker, _one_line, decode_settings
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,7 @@ class RaceWorker(QObject):
     def __init__(self, engine_provider: Callable[[], Any]) -> None:
         super().__init__()
         self.engine_provider = engine_provider
-        self._lock = threading.Lock()
-        self._current: RaceRequest | None = None
+        self._requests = RequestTracker()
         self._race_requested.connect(self._race)
 
     # -- GUI-thread API -------------------------------------------------------------------
@@ -72,10 +71,7 @@ class RaceWorker(QObject):
 
     def stop(self, request_id: int | None = None) -> None:
         """Cancel the running race (or only `request_id`). Thread-safe."""
-        with self._lock:
-            cur = self._current
-        if cur is not None and (request_id is None or cur.request_id == request_id):
-            cur.cancel.set()
+        self._requests.stop(request_id)
 
     # -- worker-thread slot ---------------------------------------------------------------
     @Slot(object)
@@ -87,19 +83,11 @@ class RaceWorker(QObject):
         if engine is None:
             self.failed.emit(req.request_id, "no models are loaded yet")
             return
-        with self._lock:
-            self._current = req
+        self._requests.begin(req)
         try:
-            from specdec_core.decoder import DecodeSettings  # lazily, in this thread
-            from specdec_core.race import start_race
-            from specdec_core.sampling import SamplingParams
+            from specdec_core.race import start_race  # lazily, in this thread
 
-            settings = DecodeSettings(
-                max_new_tokens=req.max_new_tokens,
-                sampling=SamplingParams(req.temperature, req.top_k, req.top_p),
-                draft_tokens=req.draft_tokens,
-                seed=req.seed,
-            )
+            settings = decode_settings(req)
             race = start_race(engine, engine.encode_chat(req.messages()), settings, req.proposer, req.cancel)
             self.started.emit(req.request_id)
             batch: list = []
@@ -120,8 +108,7 @@ class RaceWorker(QObject):
             traceback.print_exc()
             self.failed.emit(req.request_id, _one_line(exc))
         finally:
-            with self._lock:
-                self._current = None
+            self._requests.end()
 
 
 def start_race_worker(engine_provider: Callable[[], Any], parent: QObject | None = None,

@@ -57,6 +57,43 @@ class GenerateRequest:
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
+def decode_settings(req: Any):
+    """A request's plain fields -> DecodeSettings. Call in the worker thread only (it imports
+    the engine, which imports torch)."""
+    from specdec_core.decoder import DecodeSettings
+    from specdec_core.sampling import SamplingParams
+
+    return DecodeSettings(
+        max_new_tokens=req.max_new_tokens,
+        sampling=SamplingParams(req.temperature, req.top_k, req.top_p),
+        draft_tokens=req.draft_tokens,
+        seed=req.seed,
+    )
+
+
+class RequestTracker:
+    """The one request in flight, so stop() can cancel it from the GUI thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: Any = None
+
+    def begin(self, req: Any) -> None:
+        with self._lock:
+            self._current = req
+
+    def end(self) -> None:
+        with self._lock:
+            self._current = None
+
+    def stop(self, request_id: int | None = None) -> None:
+        """Cancel the running request (or only `request_id`, when given). Thread-safe."""
+        with self._lock:
+            cur = self._current
+        if cur is not None and (request_id is None or cur.request_id == request_id):
+            cur.cancel.set()
+
+
 def _info_dict(loaded: Any) -> dict | None:
     """LoadedModel.info -> a plain dict for the GUI (None when no model)."""
     if loaded is None:
@@ -94,8 +131,7 @@ class Worker(QObject):
     def __init__(self) -> None:
         super().__init__()
         self.engine: Any = None
-        self._lock = threading.Lock()
-        self._current: GenerateRequest | None = None
+        self._requests = RequestTracker()
         self._load_requested.connect(self._load)
         self._generate_requested.connect(self._generate)
 
@@ -108,10 +144,7 @@ class Worker(QObject):
 
     def stop(self, request_id: int | None = None) -> None:
         """Cancel the running generation (or only `request_id`, when given). Thread-safe."""
-        with self._lock:
-            cur = self._current
-        if cur is not None and (request_id is None or cur.request_id == request_id):
-            cur.cancel.set()
+        self._requests.stop(request_id)
 
     # -- worker-thread slots --------------------------------------------------------------
     @Slot(object)
@@ -149,19 +182,10 @@ class Worker(QObject):
         if self.engine is None:
             self.failed.emit(req.request_id, "no models are loaded yet")
             return
-        with self._lock:
-            self._current = req
+        self._requests.begin(req)
         try:
             self.started.emit(req.request_id)
-            from specdec_core.decoder import DecodeSettings  # lazily, in this thread
-            from specdec_core.sampling import SamplingParams
-
-            settings = DecodeSettings(
-                max_new_tokens=req.max_new_tokens,
-                sampling=SamplingParams(req.temperature, req.top_k, req.top_p),
-                draft_tokens=req.draft_tokens,
-                seed=req.seed,
-            )
+            settings = decode_settings(req)  # imports the engine lazily, in this thread
             prompt = self.engine.encode_chat(req.messages)
             gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel)
             batch: list = []
@@ -189,8 +213,7 @@ class Worker(QObject):
             traceback.print_exc()
             self.failed.emit(req.request_id, _one_line(exc))
         finally:
-            with self._lock:
-                self._current = None
+            self._requests.end()
 
 
 def _one_line(exc: BaseException) -> str:
