@@ -157,7 +157,13 @@ class Worker(QObject):
             if request.factory is not None:
                 engine = request.factory(progress)
             else:
-                from specdec_core.engine import Engine  # lazily, in this thread
+                from transformers.utils import logging as hf_logging  # lazily, in this thread
+
+                from specdec_core.engine import Engine
+
+                # progress reaches the window through our signal; transformers' own
+                # per-file bars would only clutter the terminal the app was started from
+                hf_logging.disable_progress_bar()
 
                 engine = Engine.load(
                     request.target,
