@@ -25,7 +25,7 @@ import torch
 from .acceptance import greedy_verify, speculative_verify
 from .adaptive import make_policy
 from .detok import IncrementalDetokenizer
-from .events import Stats, TokenEvent, TokenKind
+from .events import EventSequence, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
 from .proposers.base import Proposal, Proposer
 from .sampling import SamplingParams, SettingsError, probabilities
@@ -52,7 +52,7 @@ def sample_seed(seed: int, index: int) -> int:
     return (seed * 1_000_003 + index * 7_919 + 0x5DEECE66D) % (2**63 - 1)
 
 
-class Generation:
+class Generation(EventSequence):
     """Iterate for TokenEvents; afterwards `stats`, `token_ids`, `text` hold the result."""
 
     def __init__(self, gen: Iterator[TokenEvent], detok: IncrementalDetokenizer):
@@ -75,14 +75,6 @@ class Generation:
         for _ in self:
             pass
         return self
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [e.token_id for e in self.events]
-
-    @property
-    def kinds(self) -> list[str]:
-        return [e.kind.value for e in self.events]
 
     @property
     def text(self) -> str:

@@ -51,6 +51,20 @@ class TokenEvent:
     draft_length: int = 0
 
 
+class EventSequence:
+    """Views over an `events` list of TokenEvents (a generation, a race lane)."""
+
+    events: list[TokenEvent]
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [e.token_id for e in self.events]
+
+    @property
+    def kinds(self) -> list[str]:
+        return [e.kind.value for e in self.events]
+
+
 @dataclass(slots=True)
 class Stats:
     """What one generation did, returned as a value (printing lives in the CLI/GUI/bench)."""

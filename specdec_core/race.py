@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from .decoder import DecodeSettings, Decoder
-from .events import Divergence, Stats, TokenEvent, first_divergence
+from .events import Divergence, EventSequence, Stats, TokenEvent, first_divergence
 from .proposers import Proposer
 
 LANES = ("standard", "speculative")
@@ -50,19 +50,11 @@ class RaceEvent:
 
 
 @dataclass
-class LaneResult:
+class LaneResult(EventSequence):
     lane: str
     events: list[TokenEvent] = field(default_factory=list)
     seconds: float = 0.0  # the lane's own clock at its end
     stats: Stats | None = None
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [e.token_id for e in self.events]
-
-    @property
-    def kinds(self) -> list[str]:
-        return [e.kind.value for e in self.events]
 
     @property
     def text(self) -> str:
