@@ -19,7 +19,6 @@ distort the other's clock); a request simply waits until the thread is free.
 from __future__ import annotations
 
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from .worker import BATCH_SECONDS, RequestTracker, _one_line, decode_settings
+from .worker import RequestTracker, _one_line, decode_settings, step_batches
 
 
 @dataclass(frozen=True)
@@ -90,18 +89,7 @@ class RaceWorker(QObject):
             settings = decode_settings(req)
             race = start_race(engine, engine.encode_chat(req.messages()), settings, req.proposer, req.cancel)
             self.started.emit(req.request_id)
-            batch: list = []
-            last = time.perf_counter()
-            for rev in race:
-                batch.append(rev)
-                now = time.perf_counter()
-                # flush only at a step's end (its target token: not "accepted"); the rest of a
-                # step comes out at once, and a mid-step flush would hold its tail back a step
-                if rev.event.kind.value != "accepted" and now - last >= BATCH_SECONDS:
-                    self.events.emit(req.request_id, batch)
-                    batch = []
-                    last = now
-            if batch:
+            for batch in step_batches(race, event_of=lambda rev: rev.event):
                 self.events.emit(req.request_id, batch)
             self.finished.emit(req.request_id, race.result.to_dict())
         except Exception as exc:

@@ -94,6 +94,28 @@ class RequestTracker:
             cur.cancel.set()
 
 
+def step_batches(items, event_of: Callable[[Any], Any] = lambda x: x,
+                 cancel: threading.Event | None = None):
+    """Group a stream of token events (or items carrying one: `event_of`) into lists, one
+    about every BATCH_SECONDS, cut only at the end of a step (its one target token: not
+    "accepted"). A step's events arrive at once and then the decoder computes the next step,
+    so a cut mid-step would hold that step's tail back a whole step. Once `cancel` is set,
+    nothing more is yielded (the decoder still ends within its step)."""
+    batch: list = []
+    last = time.perf_counter()
+    for item in items:
+        if cancel is not None and cancel.is_set():
+            continue
+        batch.append(item)
+        now = time.perf_counter()
+        if event_of(item).kind.value != "accepted" and now - last >= BATCH_SECONDS:
+            yield batch
+            batch = []
+            last = now
+    if batch and not (cancel is not None and cancel.is_set()):
+        yield batch
+
+
 def _info_dict(loaded: Any) -> dict | None:
     """LoadedModel.info -> a plain dict for the GUI (None when no model)."""
     if loaded is None:
@@ -194,21 +216,7 @@ class Worker(QObject):
             settings = decode_settings(req)  # imports the engine lazily, in this thread
             prompt = self.engine.encode_chat(req.messages)
             gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel)
-            batch: list = []
-            last = time.perf_counter()
-            for ev in gen:
-                if req.cancel.is_set():
-                    continue  # stopped: forward nothing more; the decoder ends within this step
-                batch.append(ev)
-                now = time.perf_counter()
-                # Flush only at the end of a step (its one target token: not "accepted"): the
-                # rest of a step's events arrive at once, then the decoder computes the next
-                # step -- a flush mid-step would hold that step's tail back a whole step.
-                if ev.kind.value != "accepted" and now - last >= BATCH_SECONDS:
-                    self.tokens.emit(req.request_id, batch)
-                    batch = []
-                    last = now
-            if batch and not req.cancel.is_set():
+            for batch in step_batches(gen, cancel=req.cancel):
                 self.tokens.emit(req.request_id, batch)
             stats = _stats_dict(gen.stats)
             if req.cancel.is_set():
