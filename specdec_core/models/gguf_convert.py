@@ -174,27 +174,29 @@ def load_gguf(path: Path, *, dtype: str, device: str, key: str | None, progress:
     `key`: the file's known sha256 (embedded pair) or None for a path/mtime fingerprint.
     """
     device_map = None if device == "cpu" else device
-    if key is not None:
-        # Known content: a complete conversion is enough, the GGUF need not even be read.
-        target = converted_path(key, dtype)
+
+    def from_cache(cache_key: str, name: str):
+        """The converted model under cache_key, or None when no complete conversion is there."""
+        target = converted_path(cache_key, dtype)
         marker = read_marker(target)
-        if marker is not None:
-            if progress:
-                progress(f"loading converted {marker.get('name', path.name)}", None)
-            model, tokenizer = load_converted(target, dtype, device_map)
-            return model, tokenizer, marker["quantization"], [f"loaded from converted cache {target}"]
+        if marker is None:
+            return None
+        if progress:
+            progress(f"loading converted {marker.get('name', name)}", None)
+        model, tokenizer = load_converted(target, dtype, device_map)
+        return model, tokenizer, marker["quantization"], [f"loaded from converted cache {target}"]
+
+    # Known content: a complete conversion is enough, the GGUF need not even be read.
+    if key is not None and (hit := from_cache(key, path.name)) is not None:
+        return hit
 
     summary = inspect_gguf(path)
     check_gguf_arch(summary)
     if key is None:
         key = fingerprint(path)
+        if (hit := from_cache(key, summary.name)) is not None:
+            return hit
     target = converted_path(key, dtype)
-    marker = read_marker(target)
-    if marker is not None:
-        if progress:
-            progress(f"loading converted {summary.name}", None)
-        model, tokenizer = load_converted(target, dtype, device_map)
-        return model, tokenizer, marker["quantization"], [f"loaded from converted cache {target}"]
 
     model, tokenizer = load_gguf_with_transformers(path, summary, dtype, progress)
     quantization = f"gguf-dequantized({summary.quantization})"
