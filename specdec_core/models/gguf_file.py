@@ -2,7 +2,7 @@
 
 transformers' own errors on a bad GGUF are deep tracebacks (struct.error, a numpy reshape
 error half-way through dequantizing). We read the header and the tensor table first --
-cheaply, see _read_header -- and check that every tensor lies inside the file, so a truncated or corrupt
+cheaply, see read_header -- and check that every tensor lies inside the file, so a truncated or corrupt
 file is refused in one line before any slow work starts.
 """
 
@@ -47,10 +47,19 @@ def _file_type_name(file_type: int | None, tensor_types: list[int]) -> str:
         return f"type{common}"
 
 
-def _read_header(path: Path) -> tuple[dict, list[tuple[int, int, int]], int]:
-    """(metadata, [(ggml_type, offset, nbytes)], data_start) without reading tensor data.
+@dataclass(frozen=True)
+class GgufTensor:
+    name: str
+    shape: tuple[int, ...]  # numpy order (transformers' reader reverses GGUF's): [out, in] for a matrix
+    ggml_type: int
+    offset: int  # from the start of the data section
+    nbytes: int
 
-    gguf.GGUFReader would do, but it parses every metadata array into numpy (12 s for the
+
+def read_header(path: Path) -> tuple[dict, list[GgufTensor], int]:
+    """(metadata, tensor table, data_start) without reading tensor data.
+
+    gguf.GGUFReader would do, but it parses every metadata array into numpy (12-15 s for the
     Qwen vocabulary); transformers' reader skips them, but its public entry point rejects
     some ggml types (Q5_0, used by the embedded draft) that the legacy loader handles. So:
     transformers' metadata walker, and byte sizes from the gguf package's table.
@@ -64,12 +73,13 @@ def _read_header(path: Path) -> tuple[dict, list[tuple[int, int, int]], int]:
     alignment = int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
     data_start = (pos + alignment - 1) // alignment * alignment
     tensors = []
-    for _name, shape, ggml_type, offset in entries:
+    for name, shape, ggml_type, offset in entries:
         block_elements, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
         elements = 1
         for d in shape:
             elements *= d
-        tensors.append((ggml_type, offset, elements // block_elements * block_bytes))
+        tensors.append(GgufTensor(name, tuple(int(d) for d in shape), int(ggml_type), int(offset),
+                                  elements // block_elements * block_bytes))
     return meta, tensors, data_start
 
 
@@ -85,13 +95,13 @@ def inspect_gguf(path: str | Path) -> GgufSummary:
         raise ModelError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
 
     try:
-        meta, tensors, data_start = _read_header(path)
+        meta, tensors, data_start = read_header(path)
     except Exception as e:  # struct.error / ValueError / UnicodeDecodeError on a damaged header
         raise ModelError(
             f"{path} is truncated or corrupt (cannot read its header: {type(e).__name__}); download or assemble it again"
         ) from None
 
-    end = max((data_start + offset + nbytes for _, offset, nbytes in tensors), default=data_start)
+    end = max((data_start + t.offset + t.nbytes for t in tensors), default=data_start)
     if end > size:
         raise ModelError(
             f"{path} is truncated: its tensors need {end:,} bytes but the file has {size:,}; download or assemble it again"
@@ -107,7 +117,7 @@ def inspect_gguf(path: str | Path) -> GgufSummary:
         path=path,
         architecture=str(meta["general.architecture"]),
         name=name if isinstance(name, str) and name else path.stem,
-        quantization=_file_type_name(meta.get("general.file_type"), [t for t, _, _ in tensors]),
+        quantization=_file_type_name(meta.get("general.file_type"), [t.ggml_type for t in tensors]),
         tensor_count=len(tensors),
         eos_token_ids=sorted(eos),
     )

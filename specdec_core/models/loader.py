@@ -91,7 +91,7 @@ def _load_folder(folder: Path, label: str, *, device: str, dtype: str, quantizat
 
 def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str | None,
               trust_remote_code: bool, allow_pickle: bool, progress: Progress | None):
-    """(model, tokenizer, name, source, quantization label, notes)."""
+    """(model, tokenizer, name, source, quantization label, notes, GGUF file or None)."""
     if sp.kind in ("default", "gguf", "hub-gguf"):
         resolve_quantization(quantization, role=role, device=device, is_gguf=True)  # refuses nf4/int8
         if sp.kind == "default":
@@ -102,13 +102,14 @@ def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str
             else:
                 path = default_pair.assembled_path(em)
             model, tok, quant, notes = load_gguf(path, dtype=dtype, device=device, key=em.sha256, progress=progress)
-            return model, tok, em.name, f"default:{role}", quant, notes
+            # the file itself only matters for its 4-bit codes (int4 CPU kernels), if still there
+            return model, tok, em.name, f"default:{role}", quant, notes, (path if path.is_file() else None)
         if sp.kind == "gguf":
             path = sp.path
         else:
             path = hub.gguf_file(sp.repo_id, sp.filename, progress=progress)
         model, tok, quant, notes = load_gguf(path, dtype=dtype, device=device, key=None, progress=progress)
-        return model, tok, Path(path).stem, sp.value, quant, notes
+        return model, tok, Path(path).stem, sp.value, quant, notes, Path(path)
 
     quant = resolve_quantization(quantization, role=role, device=device, is_gguf=False)
     if sp.kind == "hub":
@@ -119,7 +120,7 @@ def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str
         name = sp.path.resolve().name
     model, tok = _load_folder(folder, sp.value, device=device, dtype=dtype, quantization=quant,
                               trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress)
-    return model, tok, name, sp.value, quant, []
+    return model, tok, name, sp.value, quant, [], None
 
 
 def _translate(e: BaseException, spec: str, device: str) -> ModelError:
@@ -189,7 +190,7 @@ def load_model(
     sp = parse_spec(spec)
     rss_before, gpu_before = _rss(), _gpu_allocated(device)
     try:
-        model, tokenizer, name, source, quant, notes = _load_any(
+        model, tokenizer, name, source, quant, notes, gguf_path = _load_any(
             sp, role, device=device, dtype=dtype, quantization=quantization,
             trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress,
         )
@@ -213,4 +214,5 @@ def load_model(
     )
     if progress:
         progress(f"loaded {name}", 1.0)
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info, eos_token_ids=_eos_ids(model, tokenizer))
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, eos_token_ids=_eos_ids(model, tokenizer),
+                       gguf_path=gguf_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:  # transformers is heavy to import; only the type checker needs these names
@@ -42,3 +43,5 @@ class LoadedModel:
     # Every id that ends generation: generation_config.eos_token_id (a list for Qwen2.5-Instruct:
     # <|im_end|> and <|endoftext|>) plus tokenizer.eos_token_id. Sorted, no duplicates.
     eos_token_ids: list[int]
+    # The GGUF the weights came from, when there is one: its 4-bit codes feed the int4 CPU kernels.
+    gguf_path: Path | None = None
