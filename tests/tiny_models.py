@@ -160,11 +160,12 @@ def save_pair(tmp_path: Path | str) -> tuple[Path, Path]:
 
 
 def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast,
-              quantized: bool = False) -> Path:
+              quantized: bool = False, quant_type: str = "Q8_0") -> Path:
     """Write `model` + `tokenizer` as a llama.cpp-style GGUF (arch qwen2, gpt2 tokenizer).
 
     quantized=False: every tensor F32, so loading it back gives the same logits as `model`.
-    quantized=True: the 2-D weight matrices as Q8_0 (rows of 32), like a real quantized file.
+    quantized=True: the 2-D weight matrices as `quant_type` (Q8_0 or Q4_0: blocks of 32 along
+    rows), like a real quantized file.
     The tensor and metadata names are llama.cpp's (what transformers' GGUF loader maps).
     """
     import gguf
@@ -182,7 +183,7 @@ def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTo
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quantized else gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType[f"MOSTLY_{quant_type}"] if quantized else gguf.LlamaFileType.ALL_F32)
 
     vocab = tokenizer.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
@@ -225,8 +226,8 @@ def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTo
     for hf_name, tensor in state.items():
         data = tensor.detach().to(torch.float32).numpy()
         if quantized and data.ndim == 2 and data.shape[-1] % 32 == 0:
-            q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(names[hf_name], q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            qtype = gguf.GGMLQuantizationType[quant_type]
+            w.add_tensor(names[hf_name], gguf.quants.quantize(data, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(names[hf_name], np.ascontiguousarray(data))
     w.write_header_to_file()
