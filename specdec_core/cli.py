@@ -75,6 +75,10 @@ def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
                    help="target quantization (default: nf4 on CUDA, none on CPU; GGUF keeps its own)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow model repos to run their own Python code (off unless you trust them)")
+    p.add_argument("--cpu-kernels", default="auto", choices=["auto", "onednn", "default"],
+                   help="CPU only: auto = a GGUF's 4-bit layers on their own codes (int4 kernel), the "
+                        "draft requantized to 4-bit, the rest through oneDNN; onednn = all float32 "
+                        "through oneDNN; default = torch's own kernels")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -207,6 +211,7 @@ def load_engine(args, need_draft: bool):
         quantization=args.quantization,
         progress=progress_printer() if sys.stderr.isatty() else None,
         trust_remote_code=args.trust_remote_code,
+        cpu_kernels=args.cpu_kernels,
     )
 
 

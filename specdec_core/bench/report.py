@@ -170,6 +170,11 @@ def render_markdown(report: dict, plots: list[str]) -> str:
              f"{tgt.get('device', '?')})")
     if dft:
         L.append(f"- **draft:** {dft.get('name', '?')} ({dft.get('dtype', '?')}, {dft.get('quantization', '?')})")
+    for role, info in (("target", tgt), ("draft", dft)):
+        # which kernels ran (engine notes): the figures below depend on them as much as on the models
+        kernels = [n for n in info.get("notes", []) if "4-bit" in n or "oneDNN" in n]
+        if kernels:
+            L.append(f"  - {role} kernels: {'; '.join(kernels)}")
     gpu = m.get("gpu")
     L.append(f"- **machine:** {m['cpu_model']}, {m['cpus_available']} CPUs available to this process "
              f"({m['cores_logical']} logical), torch threads {m['torch_threads']}"
