@@ -362,4 +362,6 @@ def _model_html(role: str, info: dict | None) -> str:
         f"memory {human_bytes(info.get('memory_bytes'))}"
         + (f" · loaded in {info['load_seconds']:.1f} s" if info.get("load_seconds") else ""),
     ]
+    if info.get("kernels"):
+        bits.append(f"kernels {info['kernels']}")
     return "<br>".join(bits)

@@ -121,7 +121,7 @@ def _info_dict(loaded: Any) -> dict | None:
     if loaded is None:
         return None
     info = getattr(loaded, "info", None)
-    keys = ("name", "source", "dtype", "quantization", "device", "memory_bytes", "load_seconds")
+    keys = ("name", "source", "dtype", "quantization", "device", "memory_bytes", "load_seconds", "kernels")
     return {k: getattr(info, k, None) for k in keys}
 
 

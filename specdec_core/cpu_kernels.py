@@ -5,7 +5,8 @@ float32 path (MKL sgemm) is tuned for big matrices: measured here (AMD EPYC, AVX
 embedded 1.5B target), 5 rows cost 3.4x one row (2383 vs 699 ms), although the work is bound
 by reading the weights once either way. oneDNN's linear: one row 460 ms, 3-9 rows ~950 ms,
 17 rows 1448 ms -- and faster for the one-row passes of decoding and drafting too. So on CPU
-the models run their Linear layers through oneDNN (weights converted once, at load).
+the Linear layers the 4-bit path (int4_linear.py) leaves in float32 run through oneDNN
+(weights converted once, at load); `--cpu-kernels onednn` sends every layer here.
 
 Both standard and speculative decoding use the same converted model, so the product's
 comparisons stay like for like.

@@ -44,6 +44,7 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
 
     if mode == "default":
         return
+    kernels = []
     if mode == "auto" and int4_available():
         # a draft's precision never reaches the output (the target verifies what it sampled),
         # so every draft linear may be requantized; the target only runs on its own codes
@@ -61,14 +62,18 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
             if saved is not None:
                 int4_cache.save(lm.model, report, saved)
         if report.exact:
+            kernels.append(f"int4 x{report.exact} (GGUF codes)")
             lm.info.notes.append(f"{report.exact} linear layers run on the GGUF's own 4-bit codes "
                                  f"(int4 kernel, bfloat16 activations)")
         if report.requantized:
+            kernels.append(f"int4 x{report.requantized} (requantized)")
             lm.info.notes.append(f"{report.requantized} linear layers requantized to 4-bit for speed "
                                  f"(a draft's precision does not change the output)")
     n = use_onednn_linears(lm.model)
     if n:
+        kernels.append(f"oneDNN x{n} (float32)")
         lm.info.notes.append(f"{n} linear layers run through oneDNN (float32)")
+    lm.info.kernels = " + ".join(kernels)
     gc.collect()
     lm.info.memory_bytes = measure_memory(lm.model, "cpu", 0) + onednn_bytes(lm.model)
 

@@ -156,6 +156,7 @@ def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache):
 
     engine = Engine.load(str(path), str(path), device="cpu")
     assert any("own 4-bit codes" in n for n in engine.target.info.notes)
+    assert "(GGUF codes)" in engine.target.info.kernels and "(requantized)" in engine.draft.info.kernels
     prompt = engine.encode_prompt("the cat sat on")
     std = engine.generate(prompt, DecodeSettings(max_new_tokens=12), mode="standard").run()
     spec = engine.generate(prompt, DecodeSettings(max_new_tokens=12, draft_tokens=3)).run()
@@ -193,3 +194,11 @@ def test_cpu_kernels_default_leaves_the_model_alone(tmp_path, isolated_cache):
     engine = Engine.load(str(path), None, device="cpu", cpu_kernels="default")
     assert all(type(m) is not Int4Linear for m in engine.target.model.modules())
     assert isinstance(Int4Codes, type)
+
+
+def test_side_panel_names_the_kernels():
+    from app.side_panel import _model_html
+
+    html = _model_html("target", {"name": "t", "kernels": "int4 x168 (GGUF codes) + oneDNN x29 (float32)"})
+    assert "kernels int4 x168 (GGUF codes)" in html
+    assert "kernels" not in _model_html("target", {"name": "t", "kernels": ""})

@@ -171,10 +171,9 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     if dft:
         L.append(f"- **draft:** {dft.get('name', '?')} ({dft.get('dtype', '?')}, {dft.get('quantization', '?')})")
     for role, info in (("target", tgt), ("draft", dft)):
-        # which kernels ran (engine notes): the figures below depend on them as much as on the models
-        kernels = [n for n in info.get("notes", []) if "4-bit" in n or "oneDNN" in n]
-        if kernels:
-            L.append(f"  - {role} kernels: {'; '.join(kernels)}")
+        # which kernels ran: the figures below depend on them as much as on the models
+        if info.get("kernels"):
+            L.append(f"  - {role} kernels: {info['kernels']}")
     gpu = m.get("gpu")
     L.append(f"- **machine:** {m['cpu_model']}, {m['cpus_available']} CPUs available to this process "
              f"({m['cores_logical']} logical), torch threads {m['torch_threads']}"

@@ -25,6 +25,7 @@ class ModelInfo:
     memory_bytes: int  # parameters + buffers of this model (see loader.measure_memory)
     load_seconds: float
     notes: list[str] = field(default_factory=list)  # e.g. "loaded from converted cache"
+    kernels: str = ""  # CPU matmul kernels in use, e.g. "int4 x168 (GGUF codes) + oneDNN x29"
 
     def summary(self) -> str:
         """One line for logs and the CLI."""
