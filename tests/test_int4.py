@@ -156,7 +156,8 @@ def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache):
 
     engine = Engine.load(str(path), str(path), device="cpu")
     assert any("own 4-bit codes" in n for n in engine.target.info.notes)
-    assert "(GGUF codes)" in engine.target.info.kernels and "(requantized)" in engine.draft.info.kernels
+    # the draft is the same Q4_0 file: its own codes too; the 61-row head does not fit the kernel
+    assert engine.target.info.kernels == engine.draft.info.kernels == "int4 x14 (GGUF codes) + oneDNN x1 (float32)"
     prompt = engine.encode_prompt("the cat sat on")
     std = engine.generate(prompt, DecodeSettings(max_new_tokens=12), mode="standard").run()
     spec = engine.generate(prompt, DecodeSettings(max_new_tokens=12, draft_tokens=3)).run()
