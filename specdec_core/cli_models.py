@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from specdec_core import models
 from specdec_core.models import cache, gguf_convert
@@ -61,6 +62,9 @@ def collect() -> dict:
         "cache_dir": str(cache.cache_dir()),
         "cache_bytes": cache.dir_size(cache.cache_dir()) if cache.cache_dir().exists() else 0,
         "converted": gguf_convert.converted_entries(),
+        # packed 4-bit layers for the CPU int4 kernel (specdec_core/int4_cache.py)
+        "int4": [{"path": str(f), "bytes": f.stat().st_size}
+                 for f in sorted(cache.converted_dir().glob("*-int4-*.safetensors"))],
         "hf_cache_dir": hf_dir,
         "hf_cache_models": hf_repos,
         "auto": _machine(),
@@ -100,6 +104,8 @@ def _print_report(r: dict, out) -> None:
     p(f"specdec cache: {r['cache_dir']} ({_size(r['cache_bytes'])}; set SPECDEC_CACHE_DIR to move it)")
     for c in r["converted"]:
         p(f"  converted {c.get('name', '?')} [{c['dtype']}] {_size(c['bytes'])}  from {c.get('source', '?')}")
+    for c in r["int4"]:
+        p(f"  4-bit layers {Path(c['path']).name} {_size(c['bytes'])}")
 
     p("")
     if r["hf_cache_dir"] is None:

@@ -517,11 +517,16 @@ def test_run_models_report(fake_embedded, tmp_path):
     from specdec_core.cli_models import run_models
 
     default_pair.ensure_assembled(fake_embedded[0])
+    from specdec_core.models import cache as cache_mod
+
+    cache_mod.converted_dir().mkdir(parents=True, exist_ok=True)
+    (cache_mod.converted_dir() / "0123456789abcdef-int4-exact-torch2.x.safetensors").write_bytes(b"x" * 2048)
     out = io.StringIO()
     assert run_models(types.SimpleNamespace(json=False), out=out) == 0
     text = out.getvalue()
     for needle in ("Presets", "cpu-default", "gpu-7b", "Embedded default pair", "sha256 verified",
-                   "specdec cache", "Hugging Face cache", "auto device"):
+                   "specdec cache", "Hugging Face cache", "auto device",
+                   "4-bit layers 0123456789abcdef-int4-exact-torch2.x.safetensors"):
         assert needle in text, needle
     out = io.StringIO()
     run_models(types.SimpleNamespace(json=True), out=out)
