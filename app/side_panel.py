@@ -345,6 +345,8 @@ class SidePanel(QScrollArea):
         bits = [f"{stats.get('new_tokens', 0)} tokens", f"{stats.get('seconds', 0.0):.2f} s"]
         if stats.get("prefill_seconds"):
             bits.append(f"first token {stats['prefill_seconds'] * 1000:.0f} ms")
+        if stats.get("reused_prompt_tokens"):
+            bits.append(f"{stats['reused_prompt_tokens']} prompt tokens reused from the last turn")
         if mode == "speculative" and stats.get("proposer"):
             bits.append(f"proposer {stats['proposer']}")
         if reason:

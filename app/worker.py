@@ -215,7 +215,9 @@ class Worker(QObject):
             self.started.emit(req.request_id)
             settings = decode_settings(req)  # imports the engine lazily, in this thread
             prompt = self.engine.encode_chat(req.messages)
-            gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel)
+            # a chat's next turn starts with the conversation so far: keep its cached prefix
+            gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel,
+                                       reuse_cache=True)
             for batch in step_batches(gen, cancel=req.cancel):
                 self.tokens.emit(req.request_id, batch)
             stats = _stats_dict(gen.stats)

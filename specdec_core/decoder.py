@@ -98,22 +98,29 @@ class Decoder:
         settings: DecodeSettings = DecodeSettings(),
         proposer: Proposer | None = None,
         cancel: threading.Event | None = None,
+        reuse_cache: bool = False,
     ) -> Generation:
+        """reuse_cache: keep the KV caches' entries for the longest prefix of `prompt_ids` that
+        they already hold (a chat's next turn) instead of recomputing the whole prompt. Off by
+        default: a benchmark or a race must pay every prompt's prefill."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
         detok = IncrementalDetokenizer(self.tokenizer)
-        return Generation(self._loop(list(prompt_ids), settings, proposer, cancel, detok), detok)
+        return Generation(self._loop(list(prompt_ids), settings, proposer, cancel, detok, reuse_cache), detok)
 
-    def _loop(self, ids, settings, proposer, cancel, detok) -> Iterator[TokenEvent]:
+    def _loop(self, ids, settings, proposer, cancel, detok, reuse_cache=False) -> Iterator[TokenEvent]:
         params = settings.sampling
         rng = torch.Generator().manual_seed(settings.seed)
         policy = make_policy(settings.draft_tokens) if proposer is not None else None
         stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
         target = self.target
-        target.reset()
+        if reuse_cache:
+            stats.reused_prompt_tokens = target.keep_prefix(ids)
+        else:
+            target.reset()
         target.forward_passes = 0
         if proposer is not None:
-            proposer.reset()
+            proposer.reset(keep=ids if reuse_cache else None)
         t0 = time.perf_counter()
         emitted = 0
         step = 0

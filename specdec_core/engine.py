@@ -168,8 +168,9 @@ class Engine:
         mode: str = "speculative",
         proposer: str = "draft",
         cancel: threading.Event | None = None,
+        reuse_cache: bool = False,
     ) -> Generation:
         if mode not in MODES:
             raise EngineError(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
         prop = self.proposer(proposer) if mode == "speculative" else None
-        return self.decoder.generate(prompt_ids, settings, prop, cancel)
+        return self.decoder.generate(prompt_ids, settings, prop, cancel, reuse_cache=reuse_cache)

@@ -80,6 +80,7 @@ class Stats:
     per_position_accepted: list[int] = field(default_factory=list)  # index i: steps that accepted position i
     draft_lengths: list[int] = field(default_factory=list)  # k used at each verification step
     stop_reason: str = ""  # "eos" | "max_new_tokens" | "cancelled"
+    reused_prompt_tokens: int = 0  # prompt tokens whose KV entries an earlier turn left in the cache
     mode: str = "standard"
     proposer: str | None = None
 

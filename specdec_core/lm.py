@@ -2,7 +2,8 @@
 
 The cache always holds the first `length` tokens of the sequence being decoded; rolling back
 after a rejection is one `crop` of the tokens past the accepted prefix (transformers 5.x:
-`DynamicCache.crop` takes the negative count to remove).
+`DynamicCache.crop` takes the negative count to remove). It remembers those tokens, so a new
+sequence that starts with them (the next turn of a chat) can keep them instead of recomputing.
 """
 
 from __future__ import annotations
@@ -19,12 +20,34 @@ class CachedLM:
         # matrix is padded differently from the target's still speaks over the same ids.
         self.vocab_size = vocab_size
         self.cache: DynamicCache | None = None
-        self.length = 0
+        self.ids: list[int] = []  # the tokens whose keys and values the cache holds
         self.forward_passes = 0
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
-        self.length = 0
+        self.ids = []
+
+    def keep_prefix(self, ids: list[int]) -> int:
+        """Start the sequence `ids`, keeping the cached tokens it begins with; returns how many.
+
+        At least the last token of `ids` is left to feed: its logits are the next step's.
+        """
+        if self.cache is None:
+            self.reset()
+            return 0
+        n = 0
+        limit = min(len(self.ids), len(ids) - 1)
+        while n < limit and self.ids[n] == ids[n]:
+            n += 1
+        if n == 0:
+            self.reset()
+        else:
+            self.rollback(n)
+        return n
 
     @torch.inference_mode()
     def forward(self, ids: list[int], logits_to_keep: int = 1) -> torch.Tensor:
@@ -33,8 +56,13 @@ class CachedLM:
         if self.cache is None:
             self.reset()
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
-        self.length += len(ids)
+        try:
+            out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        except BaseException:
+            self.cache = None  # some layers may hold the new tokens and some not: start over
+            self.ids = []
+            raise
+        self.ids.extend(ids)
         self.forward_passes += 1
         logits = out.logits[0]
         return self._fit_vocab(logits)
@@ -43,7 +71,7 @@ class CachedLM:
         """Keep only the first `length` cached tokens."""
         if length < self.length:
             self.cache.crop(length - self.length)
-            self.length = length
+            del self.ids[length:]
 
     def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         v = self.vocab_size

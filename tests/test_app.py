@@ -105,6 +105,20 @@ def test_worker_generate_signals_in_strict_order(qtbot, worker, sig):
     assert stats["new_tokens"] == 1 and stats["stop_reason"] == "max_new_tokens"
 
 
+def test_worker_next_turn_reuses_the_conversation_cache(qtbot, worker, sig):
+    with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT):
+        worker.request_load(LoadRequest(factory=tiny_factory()))
+    turn1 = [{"role": "user", "content": "the cat"}]
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as first:
+        worker.request_generate(GenerateRequest(1, turn1, max_new_tokens=6, draft_tokens=2))
+    assert first.args[1]["reused_prompt_tokens"] == 0
+    turn2 = turn1 + [{"role": "assistant", "content": first.args[1]["text"]},
+                     {"role": "user", "content": "is it on the mat"}]
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as second:
+        worker.request_generate(GenerateRequest(2, turn2, max_new_tokens=6, draft_tokens=2))
+    assert second.args[1]["reused_prompt_tokens"] > 0  # at least the first turn's prompt
+
+
 def test_worker_streams_batches_then_finishes(qtbot, worker, sig):
     """A longer message: started, one or more token batches, finished; nothing else, all tagged."""
     with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT):

@@ -32,8 +32,10 @@ class Proposal:
 class Proposer(Protocol):
     name: str
 
-    def reset(self) -> None:
-        """Forget everything: a new sequence starts."""
+    def reset(self, keep: list[int] | None = None) -> None:
+        """A new sequence starts. `keep`: its prompt, when the caller allows reuse -- a
+        proposer that caches work (a draft model's KV cache) may keep what it computed for a
+        prefix of it (the next turn of a chat starts with the conversation so far)."""
 
     def propose(
         self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator,

@@ -17,8 +17,11 @@ class DraftModelProposer:
         # *before* warping, so what we sample from is exactly the q we report.
         self.lm = CachedLM(model, vocab_size=target_vocab_size)
 
-    def reset(self) -> None:
-        self.lm.reset()
+    def reset(self, keep: list[int] | None = None) -> None:
+        if keep is None:
+            self.lm.reset()
+        else:
+            self.lm.keep_prefix(keep)
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator,
                 min_confidence: float = 0.0) -> Proposal:

@@ -20,8 +20,8 @@ class PromptLookupProposer:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def reset(self) -> None:
-        pass
+    def reset(self, keep: list[int] | None = None) -> None:
+        pass  # stateless: every proposal reads the committed sequence itself
 
     def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator,
                 min_confidence: float = 0.0) -> Proposal:
