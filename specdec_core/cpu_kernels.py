@@ -42,6 +42,26 @@ def onednn_available() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
+def cpu_linears(model: nn.Module):
+    """(parent, attribute, qualified name, layer) for every plain nn.Linear on CPU, listed
+    before any is swapped, so a caller may setattr(parent, attribute, ...) as it goes."""
+    return [
+        (parent, attr, f"{pname}.{attr}" if pname else attr, child)
+        for pname, parent in model.named_modules()
+        for attr, child in parent.named_children()
+        if type(child) is nn.Linear and child.weight.device.type == "cpu"
+    ]
+
+
+def tied_head(model: nn.Module) -> nn.Module | None:
+    """The output head when its weight is also the input embedding, else None."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is getattr(emb, "weight", None):
+        return head
+    return None
+
+
 def use_onednn_linears(model: nn.Module, include_head: bool = True) -> int:
     """Swap every float32 nn.Linear on CPU for OneDNNLinear, in place; returns how many.
 
@@ -50,19 +70,13 @@ def use_onednn_linears(model: nn.Module, include_head: bool = True) -> int:
     """
     if not onednn_available():
         return 0
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    tied = head is not None and getattr(head, "weight", None) is getattr(model.get_input_embeddings(), "weight", None)
+    tied = tied_head(model)
     swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear or child.weight.device.type != "cpu":
-                continue
-            if child.weight.dtype != torch.float32:
-                continue
-            if child is head and tied and not include_head:
-                continue
-            setattr(parent, name, OneDNNLinear(child))
-            swapped += 1
+    for parent, attr, _, child in cpu_linears(model):
+        if child.weight.dtype != torch.float32 or (child is tied and not include_head):
+            continue
+        setattr(parent, attr, OneDNNLinear(child))
+        swapped += 1
     return swapped
 
 

@@ -29,6 +29,8 @@ from typing import Mapping
 import torch
 from torch import nn
 
+from .cpu_kernels import cpu_linears, tied_head
+
 GROUP = 32  # elements per scale/offset group (Q4_K's sub-block, Q4_0's block)
 
 
@@ -149,23 +151,18 @@ def use_int4_linears(model: nn.Module, codes: Mapping[str, Int4Codes], *, requan
     report = Int4Report()
     if not int4_available():
         return report
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    tied = head is not None and getattr(head, "weight", None) is getattr(model.get_input_embeddings(), "weight", None)
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            if type(child) is not nn.Linear or child.weight.device.type != "cpu":
-                continue
-            full = f"{name}.{child_name}" if name else child_name
-            exact = codes.get(full)
-            if (child is head and tied and not requantize) or not fits_kernel(child.out_features, child.in_features):
-                report.kept += 1
-                continue
-            if exact is not None and matches_weight(exact, child.weight):
-                setattr(module, child_name, Int4Linear(exact, child.bias))
-                report.exact += 1
-            elif requantize:
-                setattr(module, child_name, Int4Linear(quantize_int4(child.weight), child.bias))
-                report.requantized += 1
-            else:
-                report.kept += 1
+    tied = tied_head(model)
+    for parent, attr, name, child in cpu_linears(model):
+        if (child is tied and not requantize) or not fits_kernel(child.out_features, child.in_features):
+            report.kept += 1
+            continue
+        exact = codes.get(name)
+        if exact is not None and matches_weight(exact, child.weight):
+            setattr(parent, attr, Int4Linear(exact, child.bias))
+            report.exact += 1
+        elif requantize:
+            setattr(parent, attr, Int4Linear(quantize_int4(child.weight), child.bias))
+            report.requantized += 1
+        else:
+            report.kept += 1
     return report
