@@ -75,10 +75,12 @@ def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
                    help="target quantization (default: nf4 on CUDA, none on CPU; GGUF keeps its own)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow model repos to run their own Python code (off unless you trust them)")
-    p.add_argument("--cpu-kernels", default="auto", choices=["auto", "onednn", "default"],
+    p.add_argument("--cpu-kernels", default="auto", choices=["auto", "int4", "onednn", "default"],
                    help="CPU only: auto = a GGUF's 4-bit layers on their own codes (int4 kernel), the "
-                        "draft requantized to 4-bit, the rest through oneDNN; onednn = all float32 "
-                        "through oneDNN; default = torch's own kernels")
+                        "draft requantized to 4-bit, the rest through oneDNN, plus float32 copies of "
+                        "the 4-bit layers for prompt prefill when memory allows; int4 = the same "
+                        "without those copies (least memory); onednn = all float32 through oneDNN; "
+                        "default = torch's own kernels")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:

@@ -129,10 +129,14 @@ class Decoder:
                 stats.stop_reason = "cancelled"
                 break
             remaining = settings.max_new_tokens - emitted
-            # 1. propose; never more than the budget can take (k accepted + 1 target token)
+            # 1. propose; never more than the budget can take (k accepted + 1 target token).
+            # Step 0 is the target's prompt prefill alone, in both modes: the first token
+            # comes as fast as standard decoding gives it, from the same pass (a long prefill
+            # may run on other kernels than decode steps, int4_linear.DENSE_FROM_ROWS), and
+            # the draft reads the prompt in step 1.
             proposal = Proposal([])
             t_draft = time.perf_counter()
-            if proposer is not None and remaining > 1:
+            if proposer is not None and remaining > 1 and step > 0:
                 k = min(policy.next_k(), remaining - 1)
                 proposal = proposer.propose(ids, k, params, rng, policy.min_confidence)
                 stats.draft_forward_passes += proposal.forward_passes
@@ -185,10 +189,10 @@ class Decoder:
             target.rollback(len(ids) - 1)
             if proposer is not None:
                 proposer.observe(ids, verdict.n_accepted)
-                # 6. the policy learns from the step's measured costs (not step 0's: its
-                # times include both models' prompt prefill, not the cost of k); a step
-                # with nothing proposed measures what a plain target step costs
-                if step > 0:
+                # 6. the policy learns from the step's measured costs (not steps 0 and 1:
+                # their times include the target's and the draft's prompt prefill, not the
+                # cost of k); a step with nothing proposed measures a plain target step
+                if step > 1:
                     policy.observe(k, verdict.n_accepted, t_verify - t_draft, t_done - t_verify)
             step += 1
             if new[-1] in self.eos:

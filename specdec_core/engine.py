@@ -21,7 +21,20 @@ class EngineError(ValueError):
     """A request the loaded engine cannot serve; the message says how to fix it."""
 
 
-CPU_KERNELS = ("auto", "onednn", "default")
+CPU_KERNELS = ("auto", "int4", "onednn", "default")
+# "auto" keeps float32 copies of the 4-bit layers for prompt prefill only when this much memory
+# would still be free after them (the rest of the app, the other model's caches, the desktop)
+DENSE_HEADROOM_BYTES = 3 << 30
+
+
+def _dense_fits(model) -> tuple[bool, int]:
+    """(float32 prefill copies fit in free memory, their bytes) for a model's CPU linears."""
+    import psutil
+
+    from .cpu_kernels import cpu_linears
+
+    need = sum(4 * child.weight.numel() for *_, child in cpu_linears(model))
+    return psutil.virtual_memory().available - need >= DENSE_HEADROOM_BYTES, need
 
 
 def _use_cpu_kernels(lm, role: str, mode: str) -> None:
@@ -31,12 +44,15 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
     float32 oneDNN -> 288 ms with its Q4_K layers on their 4-bit codes (the Q6_K layers and the
     head stay float32, exact); draft 185 ms oneDNN -> 79 ms requantized to 4-bit. The target
     stays the GGUF's model: the same codes, bfloat16 activations into the 4-bit matmuls.
+    "auto" also keeps each 4-bit layer's float32 weight for prompt prefill (int4_linear.
+    DENSE_FROM_ROWS) when memory allows: oneDNN's float32 GEMM runs ~2x the int4 kernel there.
+    "int4" never keeps them (less memory, slower prefill).
     """
     import gc
 
     from . import int4_cache
     from .cpu_kernels import onednn_bytes, use_onednn_linears
-    from .int4_linear import int4_available, use_int4_linears
+    from .int4_linear import DENSE_FROM_ROWS, int4_available, use_int4_linears
     from .models.cache import converted_dir
     from .models.gguf_convert import fingerprint
     from .models.gguf_int4 import read_int4_codes
@@ -45,19 +61,26 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
     if mode == "default":
         return
     kernels = []
-    if mode == "auto" and int4_available():
+    if mode in ("auto", "int4") and int4_available():
         # a draft's precision never reaches the output (the target verifies what it sampled),
         # so every draft linear may be requantized; the target only runs on its own codes
         requantize = role == "draft"
+        dense = False
+        if mode == "auto":
+            dense, need = _dense_fits(lm.model)
+            if not dense:
+                lm.info.notes.append(f"prompt prefill stays on the 4-bit kernel: float32 copies "
+                                     f"({need / 2**30:.1f} GiB) would leave under "
+                                     f"{DENSE_HEADROOM_BYTES >> 30} GiB of memory free")
         saved = None
         if lm.gguf_path is not None:
             saved = int4_cache.cache_file(converted_dir(), fingerprint(lm.gguf_path), "draft" if requantize else "exact")
-        report = int4_cache.load(lm.model, saved) if saved is not None and saved.is_file() else None
+        report = int4_cache.load(lm.model, saved, dense) if saved is not None and saved.is_file() else None
         if report is not None:
             lm.info.notes.append(f"4-bit layers loaded from {saved}")
         else:
             codes = read_int4_codes(lm.gguf_path, lm.model) if lm.gguf_path is not None else {}
-            report = use_int4_linears(lm.model, codes, requantize=requantize)
+            report = use_int4_linears(lm.model, codes, requantize=requantize, dense=dense)
             del codes
             if saved is not None:
                 int4_cache.save(lm.model, report, saved)
@@ -69,6 +92,10 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
             kernels.append(f"int4 x{report.requantized} (requantized)")
             lm.info.notes.append(f"{report.requantized} linear layers requantized to 4-bit for speed "
                                  f"(a draft's precision does not change the output)")
+        if dense and report.exact + report.requantized:
+            kernels.append(f"float32 prefill from {DENSE_FROM_ROWS} rows")
+            lm.info.notes.append(f"passes of {DENSE_FROM_ROWS}+ rows (prompt prefill) run those layers "
+                                 f"on float32 copies through oneDNN, ~2x the 4-bit kernel there")
     n = use_onednn_linears(lm.model)
     if n:
         kernels.append(f"oneDNN x{n} (float32)")
@@ -106,7 +133,9 @@ class Engine:
         cpu_kernels (float32 models on CPU only):
           "auto"    the target's 4-bit GGUF layers run on their own codes through torch's int4
                     kernel (int4_linear.py), the draft's linears are requantized to 4-bit, and
-                    whatever is left runs through oneDNN (cpu_kernels.py);
+                    whatever is left runs through oneDNN (cpu_kernels.py); the 4-bit layers
+                    keep float32 copies for prompt prefill when memory allows;
+          "int4"    the same without the float32 copies (least memory);
           "onednn"  every linear through oneDNN, float32;
           "default" torch's own kernels.
         """

@@ -45,8 +45,9 @@ def save(model: nn.Module, report: Int4Report, path: Path) -> None:
         tmp.unlink(missing_ok=True)  # a cache is an optimisation: a full disk must not stop a load
 
 
-def load(model: nn.Module, path: Path) -> Int4Report | None:
-    """Swap the saved layers into `model`; None (model untouched) when the file does not fit."""
+def load(model: nn.Module, path: Path, dense: bool = False) -> Int4Report | None:
+    """Swap the saved layers into `model`; None (model untouched) when the file does not fit.
+    dense: as in use_int4_linears."""
     from safetensors import safe_open
 
     try:
@@ -68,5 +69,8 @@ def load(model: nn.Module, path: Path) -> Int4Report | None:
     for name, lin, packed, sz in swaps:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Int4Linear.from_packed(packed, sz, lin.in_features, lin.bias))
+        new = Int4Linear.from_packed(packed, sz, lin.in_features, lin.bias)
+        if dense:
+            new.keep_dense(lin)
+        setattr(parent, child, new)
     return Int4Report(int(meta.get("exact", 0)), int(meta.get("requantized", 0)), int(meta.get("kept", 0)))

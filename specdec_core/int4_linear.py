@@ -29,9 +29,18 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from .cpu_kernels import cpu_linears, tied_head
+from .cpu_kernels import OneDNNLinear, cpu_linears, tied_head
 
 GROUP = 32  # elements per scale/offset group (Q4_K's sub-block, Q4_0's block)
+
+# Passes of at least this many rows (a prompt's prefill) may run on a float32 copy through
+# oneDNN instead: the int4 kernel dequantizes for every 4-row tile and stays at ~50 GFLOP/s
+# however many rows come, while oneDNN's float32 GEMM reaches 90-115 GFLOP/s from ~48 rows
+# (one 8960x1536 matrix on the project's 2-core AVX2 machine: 16 rows int4 8.9 ms / oneDNN
+# 9.8 ms; 48 rows 26.0 / 15.1; 128 rows 71.6 / 30.9). Verification passes (at most 17 rows
+# here, 21 in transformers' assisted generation) stay below it, so every token decided after
+# the prompt comes from the 4-bit kernel in both decoding modes.
+DENSE_FROM_ROWS = 32
 
 
 @dataclass
@@ -94,6 +103,8 @@ class Int4Linear(nn.Module):
     def _setup(self, packed, scales_and_zeros, in_features, out_features, bias) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
+        self.dense: OneDNNLinear | None = None
+        self.dense_from_rows = DENSE_FROM_ROWS
         self.register_buffer("packed", packed, persistent=False)
         self.register_buffer("scales_and_zeros", scales_and_zeros, persistent=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), requires_grad=False)
@@ -106,7 +117,15 @@ class Int4Linear(nn.Module):
         self._setup(packed, scales_and_zeros, in_features, scales_and_zeros.shape[1], bias)
         return self
 
+    def keep_dense(self, linear: nn.Linear, from_rows: int = DENSE_FROM_ROWS) -> None:
+        """Also keep `linear`'s float32 weight (through oneDNN) for passes of >= from_rows rows.
+        Costs 4 bytes per weight; the choice depends on the pass's shape only."""
+        self.dense = OneDNNLinear(linear)
+        self.dense_from_rows = from_rows
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dense is not None and x.numel() >= self.dense_from_rows * self.in_features:
+            return self.dense(x)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP, self.scales_and_zeros)
@@ -116,7 +135,8 @@ class Int4Linear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int4"
+        dense = f", float32 from {self.dense_from_rows} rows" if self.dense is not None else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4{dense}"
 
 
 def matches_weight(codes: Int4Codes, weight: torch.Tensor) -> bool:
@@ -139,14 +159,16 @@ class Int4Report:
     kept: int = 0  # linears left as they were (no codes, shape the kernel refuses)
 
 
-def use_int4_linears(model: nn.Module, codes: Mapping[str, Int4Codes], *, requantize: bool) -> Int4Report:
+def use_int4_linears(model: nn.Module, codes: Mapping[str, Int4Codes], *, requantize: bool,
+                     dense: bool = False) -> Int4Report:
     """Swap nn.Linear modules for Int4Linear, in place.
 
     codes: module name -> exact codes (see models/gguf_int4.py), checked against the module's
     weight before use. requantize: give every other fitting linear min/max 4-bit codes -- only
     for a draft, whose precision does not reach the output.
     A tied output head (its weight is also the input embedding) gets its own 4-bit copy only
-    when requantizing; the embedding keeps the float weight.
+    when requantizing; the embedding keeps the float weight. dense: each swapped layer keeps
+    its float32 weight for long passes too (Int4Linear.keep_dense).
     """
     report = Int4Report()
     if not int4_available():
@@ -158,11 +180,15 @@ def use_int4_linears(model: nn.Module, codes: Mapping[str, Int4Codes], *, requan
             continue
         exact = codes.get(name)
         if exact is not None and matches_weight(exact, child.weight):
-            setattr(parent, attr, Int4Linear(exact, child.bias))
+            lin = Int4Linear(exact, child.bias)
             report.exact += 1
         elif requantize:
-            setattr(parent, attr, Int4Linear(quantize_int4(child.weight), child.bias))
+            lin = Int4Linear(quantize_int4(child.weight), child.bias)
             report.requantized += 1
         else:
             report.kept += 1
+            continue
+        if dense:
+            lin.keep_dense(child)
+        setattr(parent, attr, lin)
     return report

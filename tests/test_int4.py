@@ -11,7 +11,7 @@ from torch import nn
 
 from specdec_core.decoder import DecodeSettings, Decoder
 from specdec_core.engine import Engine
-from specdec_core.int4_linear import (Int4Codes, Int4Linear, int4_available, matches_weight,
+from specdec_core.int4_linear import (DENSE_FROM_ROWS, Int4Codes, Int4Linear, int4_available, matches_weight,
                                       quantize_int4, use_int4_linears)
 from specdec_core.models import load_model
 from specdec_core.models.gguf_int4 import decode_q4_0, decode_q4_k, read_int4_codes
@@ -157,12 +157,15 @@ def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache):
     engine = Engine.load(str(path), str(path), device="cpu")
     assert any("own 4-bit codes" in n for n in engine.target.info.notes)
     # the draft is the same Q4_0 file: its own codes too; the 61-row head does not fit the kernel
-    assert engine.target.info.kernels == engine.draft.info.kernels == "int4 x14 (GGUF codes) + oneDNN x1 (float32)"
-    prompt = engine.encode_prompt("the cat sat on")
-    std = engine.generate(prompt, DecodeSettings(max_new_tokens=12), mode="standard").run()
-    spec = engine.generate(prompt, DecodeSettings(max_new_tokens=12, draft_tokens=3)).run()
-    assert spec.token_ids == std.token_ids
-    assert spec.stats.acceptance_rate > 0  # the draft is the same file, requantized or not
+    assert engine.target.info.kernels == engine.draft.info.kernels == (
+        "int4 x14 (GGUF codes) + float32 prefill from 32 rows + oneDNN x1 (float32)")
+    for prompt in (engine.encode_prompt("the cat sat on"),  # prefill on the 4-bit kernel
+                   engine.encode_prompt("the cat sat on the mat and the dog ran to the cat " * 4)):  # float32
+        std = engine.generate(prompt, DecodeSettings(max_new_tokens=12), mode="standard").run()
+        spec = engine.generate(prompt, DecodeSettings(max_new_tokens=12, draft_tokens=3)).run()
+        assert spec.token_ids == std.token_ids
+        assert spec.stats.acceptance_rate > 0  # the draft is the same file, requantized or not
+    assert len(prompt) >= DENSE_FROM_ROWS
 
     # a second start takes the packed layers from the cache and computes the same tokens
     again = Engine.load(str(path), str(path), device="cpu")
@@ -187,6 +190,31 @@ def test_a_cache_file_that_does_not_fit_is_ignored(tmp_path):
     assert int4_cache.load(same, tmp_path / "c.safetensors").requantized == 1
     x = torch.randn(3, 64)
     assert torch.equal(same(x), small(x))
+
+
+def test_long_passes_run_on_the_float32_copy_and_short_ones_stay_4bit():
+    torch.manual_seed(0)
+    src = nn.Linear(64, 32)
+    plain = nn.Sequential(copy.deepcopy(src))
+    use_int4_linears(plain, {}, requantize=True)
+    dense = nn.Sequential(copy.deepcopy(src))
+    use_int4_linears(dense, {}, requantize=True, dense=True)
+    assert dense[0].dense is not None and plain[0].dense is None
+    short = torch.randn(1, DENSE_FROM_ROWS - 1, 64)  # a verification pass: the same bits as 4-bit alone
+    assert torch.equal(dense(short), plain(short))
+    long = torch.randn(1, DENSE_FROM_ROWS, 64)  # a prefill: the float32 weight, not the 4-bit one
+    want = src(long)
+    assert torch.allclose(dense(long), want, atol=1e-5)
+    assert not torch.allclose(plain(long), want, atol=1e-3)  # 4-bit rounding is visible
+
+
+def test_engine_int4_mode_keeps_no_float32_copies(tmp_path, isolated_cache):
+    tok = make_tokenizer()
+    path = save_gguf(tmp_path / "tiny-q4.gguf", make_model(len(tok), seed=0), tok, quantized=True, quant_type="Q4_0")
+    engine = Engine.load(str(path), None, device="cpu", cpu_kernels="int4")
+    layers = [m for m in engine.target.model.modules() if type(m) is Int4Linear]
+    assert layers and all(m.dense is None for m in layers)
+    assert engine.target.info.kernels == "int4 x14 (GGUF codes) + oneDNN x1 (float32)"
 
 
 def test_cpu_kernels_default_leaves_the_model_alone(tmp_path, isolated_cache):
