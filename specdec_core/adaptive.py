@@ -2,12 +2,17 @@
 
 The rule (documented in README, "Adaptive draft length"):
 
-1. The draft length cap K follows the measured acceptance: after a step whose full K-token
-   draft was accepted, K += 2; after a step with a rejection, K -= 1 (1 <= K <= 16). A step
-   whose draft stopped early (below) and was all accepted leaves K as it is.
-2. Within a step the draft stops early after a token it gives less than `min_confidence`
-   (0.4): long drafts where the draft is sure, short ones where it is not. The stop depends
-   on the draft's own values only, so the acceptance rule stays exact.
+1. Within a step the draft keeps proposing, up to k_max (16) tokens, while its own
+   probability that everything it proposed so far is right -- the product of its
+   probabilities of its picks -- stays at least a threshold; the token that takes it below
+   is still proposed. The decision depends on the draft's own values only, so the
+   acceptance rule stays exact.
+2. The threshold is what one more drafted token costs, in plain target steps: the draft's
+   time per token plus the extra verification time per proposed row, both measured (EMA)
+   and divided by the measured plain step time; clamped to [0.2, 0.8], 0.5 until measured.
+   A token worth proposing is accepted with at least that chance. On the project's 2-core
+   CPU it settles near 0.5 (draft ~0.25 of a step, each verified row ~0.25); on a GPU, where
+   both are small, drafts run long.
 3. Speculate or not: the controller keeps two measured rates, tokens per second of
    speculative steps (emitted tokens / (draft + verify time)) and of plain target steps
    (1 / time of a one-token step), each an exponential average. It speculates while the
@@ -15,12 +20,13 @@ The rule (documented in README, "Adaptive draft length"):
    probes the other choice every `probe_every` steps because both drift with the text. The
    plain rate is measured with one plain step after the first two speculative ones.
 
-Why measured rates and not the textbook E(k) = (1 - alpha^(k+1)) / (1 - alpha) with a cost
-model: on CPU a multi-row verification costs ~2x a one-row step whatever k (a kernel-path
-step, not a line), and real text is not i.i.d. -- code has long fully-predictable runs, where
-the confidence stop lets drafts run far past what a geometric model predicts. The acceptance
-rate alpha, the draft's time per token d and the cost ratio c = d / (plain step time) are
-still estimated and reported.
+Why the draft's running confidence and not a draft length from the textbook
+E(k) = (1 - alpha^(k+1)) / (1 - alpha): real text is not i.i.d. -- code has long runs the
+draft is sure of, chat has forks it is not -- and the draft's own probabilities see both as
+they come. Replayed on the built-in prompts (docs/speed-notes.md, item 12) this beat the
+earlier rule (a cap of 4, +2 after a fully accepted draft, -1 after a rejection, stop after
+any token below 0.4) on four of five prompts and tied on the fifth. The acceptance rate alpha
+is still estimated and reported.
 """
 
 from __future__ import annotations
@@ -46,24 +52,21 @@ class FixedDraftLength:
 @dataclass
 class AdaptiveDraftLength:
     k_max: int = 16
-    k_start: int = 4
-    min_confidence: float = 0.4  # transformers' assisted generation uses the same default
+    threshold_start: float = 0.5  # until both costs are measured
+    threshold_min: float = 0.2
+    threshold_max: float = 0.8
     ema: float = 0.3
     probe_every: int = 8
     decay: float = 0.9
     # pseudo-counts for alpha (reporting): a prior of 0.6 worth a handful of tokens
     accepted: float = 3.0
     trials: float = 5.0
-    cap: int | None = None
-    draft_per_token: float | None = None
+    draft_per_token: float | None = None  # seconds
+    row_cost: float | None = None  # extra verification time per proposed row, in plain steps
     spec_rate: float | None = None  # tokens / s of speculative steps
     plain_rate: float | None = None  # tokens / s of plain steps
     _spec_steps: int = 0
     _since_probe: int = 0
-
-    def __post_init__(self) -> None:
-        if self.cap is None:
-            self.cap = self.k_start
 
     @property
     def alpha(self) -> float:
@@ -73,6 +76,14 @@ class AdaptiveDraftLength:
     def speculating(self) -> bool:
         return self.plain_rate is None or self.spec_rate is None or self.spec_rate >= self.plain_rate
 
+    @property
+    def min_confidence(self) -> float:
+        """The draft stops once its running confidence falls below this (rule 2)."""
+        c = self.cost_ratio
+        if c is None or self.row_cost is None:
+            return self.threshold_start
+        return min(max(c + self.row_cost, self.threshold_min), self.threshold_max)
+
     def next_k(self) -> int:
         if self.plain_rate is None and self._spec_steps >= 2:
             return 0  # one plain step, to measure what not speculating costs
@@ -81,7 +92,7 @@ class AdaptiveDraftLength:
         if probe:
             self._since_probe = 0
         if self.speculating != probe:  # speculating and not probing, or plain and probing
-            return self.cap
+            return self.k_max
         return 0
 
     def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
@@ -98,10 +109,11 @@ class AdaptiveDraftLength:
         self.trials = self.decay * self.trials + n_accepted + (1 if n_accepted < k else 0)
         per_tok = draft_seconds / k
         self.draft_per_token = per_tok if self.draft_per_token is None else _ema(self.draft_per_token, per_tok, self.ema)
-        if n_accepted < k:
-            self.cap = max(self.cap - 1, 1)
-        elif k >= self.cap:
-            self.cap = min(self.cap + 2, self.k_max)
+        if self.plain_rate is not None:
+            # a verification of k + 1 rows against a one-row plain step: what each proposed
+            # row added (never below zero: a fast verification is not a gain per row)
+            row = max(verify_seconds * self.plain_rate - 1.0, 0.0) / k
+            self.row_cost = row if self.row_cost is None else _ema(self.row_cost, row, self.ema)
 
     @property
     def cost_ratio(self) -> float | None:

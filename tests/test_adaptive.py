@@ -6,39 +6,47 @@ import pytest
 from specdec_core.adaptive import AdaptiveDraftLength, FixedDraftLength, make_policy
 
 
-def feed(ctl, steps, accept, d, v):
-    """Drive the controller: a step proposing k accepts accept(k) tokens and costs k*d + v(k)."""
+def feed(ctl, steps, accept, d, v, stop=None):
+    """Drive the controller: a step asked for k proposes min(k, stop) (the draft's confidence
+    stop), accepts accept(proposed) of them and costs proposed*d + v(proposed)."""
     ks = []
     for _ in range(steps):
         k = ctl.next_k()
         ks.append(k)
+        k = k if stop is None else min(k, stop)
         ctl.observe(k, min(k, accept(k)), k * d, v(k))
     return ks
 
 
-def test_cap_follows_acceptance():
+def test_threshold_is_the_measured_cost_of_one_more_token():
     ctl = AdaptiveDraftLength()
-    assert ctl.next_k() == 4
-    ctl.observe(4, 4, 0.4, 1.0)  # full draft accepted: +2
-    assert ctl.cap == 6
-    ctl.observe(6, 2, 0.6, 1.0)  # a rejection: -1
-    assert ctl.cap == 5
-    ctl.observe(3, 3, 0.3, 1.0)  # stopped early (confidence), all kept: unchanged
-    assert ctl.cap == 5
+    assert ctl.next_k() == ctl.k_max == 16 and ctl.min_confidence == 0.5  # nothing measured yet
+    ctl.observe(4, 4, 0.4, 2.0)  # draft 0.1 s per token; verification of 5 rows 2.0 s
+    ctl.observe(0, 0, 0.0, 1.0)  # a plain step: 1.0 s
+    assert ctl.min_confidence == 0.5  # the row cost needs a verification after a plain step
+    ctl.observe(4, 4, 0.4, 2.0)
+    # c = 0.1 / 1.0; each of the 4 proposed rows added (2.0 - 1.0) / 4 = 0.25 of a step
+    assert ctl.cost_ratio == pytest.approx(0.1) and ctl.row_cost == pytest.approx(0.25)
+    assert ctl.min_confidence == pytest.approx(0.35)
+    ctl.observe(4, 0, 4.0, 9.0)  # slow: the threshold rises, but never past 0.8
+    ctl.observe(4, 0, 4.0, 9.0)
+    assert ctl.min_confidence == 0.8
 
 
-def test_grows_to_k_max_when_everything_is_accepted_and_verification_is_flat():
+def test_long_drafts_where_everything_is_accepted_and_verification_is_flat():
     ctl = AdaptiveDraftLength()
     ks = feed(ctl, 30, lambda k: k, d=0.01, v=lambda k: 1.0)
-    assert ks[0] == 4 and max(ks) == ctl.k_max
+    assert ks[0] == ctl.k_max and ks.count(ctl.k_max) >= 25
     assert ctl.alpha > 0.9
+    assert ctl.min_confidence == ctl.threshold_min  # cheap draft, free rows: run as far as it is sure
 
 
 def test_stops_speculating_where_it_does_not_pay():
     # CPU shape measured here: plain step 1.0, any verification 2.05, draft 0.4 per token;
-    # half the draft accepted -> speculative steps yield fewer tokens per second
+    # the draft stops after 4 and half of them are accepted -> speculative steps yield fewer
+    # tokens per second
     ctl = AdaptiveDraftLength()
-    ks = feed(ctl, 48, lambda k: k // 2, d=0.4, v=lambda k: 1.0 if k == 0 else 2.05)
+    ks = feed(ctl, 48, lambda k: k // 2, d=0.4, v=lambda k: 1.0 if k == 0 else 2.05, stop=4)
     assert 0 in ks[:4]  # measured a plain step early
     tail = ks[-24:]
     assert tail.count(0) >= 18  # mostly plain steps ...

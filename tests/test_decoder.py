@@ -215,3 +215,23 @@ def test_confidence_stop_shortens_drafts_and_keeps_exactness(tiny):
         assert len(p.tokens) == 1  # nothing is more than certain: stop after the first token
         spec = dec.generate(prompt, DecodeSettings(max_new_tokens=20, draft_tokens="adaptive"), prop).run()
         assert spec.token_ids == ref
+
+
+def test_the_draft_stops_once_its_confidence_in_the_whole_run_falls_below_the_threshold(tiny):
+    # hand-built draft probabilities for its picks: 0.9, 0.8, 0.7, 0.9, 0.9 -> running products
+    # 0.9, 0.72, 0.504, 0.454, ...: with 0.5 the fourth token (the one that crosses) is the
+    # last proposed, although no single token is below 0.5
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    picks = [(5, 0.9), (6, 0.8), (7, 0.7), (8, 0.9), (9, 0.9)]
+    calls = iter(picks)
+
+    def fake_forward(ids, logits_to_keep=1):
+        tok, p = next(calls)
+        probs = torch.full((tiny.vocab,), (1 - p) / (tiny.vocab - 1))
+        probs[tok] = p
+        return probs.log()[None]
+
+    prop.lm.forward = fake_forward
+    got = prop.propose([1, 2, 3], 5, SamplingParams(), torch.Generator(), min_confidence=0.5)
+    assert got.tokens == [5, 6, 7, 8]
+

@@ -42,8 +42,10 @@ class Proposer(Protocol):
         min_confidence: float = 0.0,
     ) -> Proposal:
         """Up to k tokens continuing `ids` (the committed sequence: prompt + emitted). A
-        proposer with a notion of confidence may stop early, after a token it gives less
-        than `min_confidence`; the decision must depend on the proposer's own state only."""
+        proposer with a notion of confidence may stop early, after the token that takes its
+        confidence in the whole run (for a draft model, the product of its probabilities of
+        its picks) below `min_confidence`; the decision must depend on the proposer's own
+        state only."""
 
     def observe(self, ids: list[int], n_accepted: int) -> None:
         """The target kept n_accepted of the last proposal; `ids` is the new committed

@@ -33,6 +33,7 @@ class DraftModelProposer:
         # Feed whatever the cache lacks: the prompt at first, then the target's last token
         # (and, after an all-accepted step, the last draft token the draft never fed).
         pending = ids[self.lm.length :]
+        sure = 1.0  # the draft's own probability that every token so far is right
         for _ in range(k):
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
             if params.greedy:
@@ -47,10 +48,11 @@ class DraftModelProposer:
                 conf = float(q[tok])
             tokens.append(tok)
             pending = [tok]
-            # An unsure draft is likely rejected at the next position: stop proposing and
-            # let the target verify now. The stop depends on the draft's values only, so the
-            # acceptance rule stays exact.
-            if conf < min_confidence:
+            # Once the draft doubts the run so far will all be accepted, another token is
+            # more likely wasted than kept: stop and let the target verify now. The stop
+            # depends on the draft's values only, so the acceptance rule stays exact.
+            sure *= conf
+            if sure < min_confidence:
                 break
         # The last proposed token is not fed: k passes give k tokens. observe() rolls back.
         q_draft = torch.stack(q_rows) if q_rows else None
