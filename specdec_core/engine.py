@@ -23,8 +23,9 @@ class EngineError(ValueError):
 
 CPU_KERNELS = ("auto", "int4", "onednn", "default")
 # "auto" keeps float32 copies of the 4-bit layers for prompt prefill only when this much memory
-# would still be free after them (the rest of the app, the other model's caches, the desktop)
-DENSE_HEADROOM_BYTES = 3 << 30
+# would still be free after them: they are a speed option for machines with memory to spare
+# (~6 GiB for the embedded pair), never a reason for the desktop to swap
+DENSE_HEADROOM_BYTES = 8 << 30
 
 
 def _dense_fits(model) -> tuple[bool, int]:
