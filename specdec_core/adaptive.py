@@ -13,6 +13,9 @@ The rule (documented in README, "Adaptive draft length"):
    A token worth proposing is accepted with at least that chance. On the project's 2-core
    CPU it settles near 0.5 (draft ~0.25 of a step, each verified row ~0.25); on a GPU, where
    both are small, drafts run long.
+   A proposer without a confidence (prompt lookup) cannot stop itself: for it the draft
+   length is a cap instead, starting at 4, +2 after a step whose full draft was accepted, -1
+   after a rejection (1..k_max).
 3. Speculate or not: the controller keeps two measured rates, tokens per second of
    speculative steps (emitted tokens / (draft + verify time)) and of plain target steps
    (1 / time of a one-token step), each an exponential average. It speculates while the
@@ -52,6 +55,9 @@ class FixedDraftLength:
 @dataclass
 class AdaptiveDraftLength:
     k_max: int = 16
+    confident: bool = True  # the proposer stops on its own confidence (rule 1); else a cap
+    cap_start: int = 4
+    cap: int | None = None  # the cap rule's current length (proposers without a confidence)
     threshold_start: float = 0.5  # until both costs are measured
     threshold_min: float = 0.2
     threshold_max: float = 0.8
@@ -67,6 +73,10 @@ class AdaptiveDraftLength:
     plain_rate: float | None = None  # tokens / s of plain steps
     _spec_steps: int = 0
     _since_probe: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.confident and self.cap is None:
+            self.cap = self.cap_start
 
     @property
     def alpha(self) -> float:
@@ -92,7 +102,7 @@ class AdaptiveDraftLength:
         if probe:
             self._since_probe = 0
         if self.speculating != probe:  # speculating and not probing, or plain and probing
-            return self.k_max
+            return self.k_max if self.confident else self.cap
         return 0
 
     def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
@@ -107,6 +117,11 @@ class AdaptiveDraftLength:
         self.spec_rate = rate if self.spec_rate is None else _ema(self.spec_rate, rate, self.ema)
         self.accepted = self.decay * self.accepted + n_accepted
         self.trials = self.decay * self.trials + n_accepted + (1 if n_accepted < k else 0)
+        if not self.confident:
+            if n_accepted < k:
+                self.cap = max(self.cap - 1, 1)
+            elif k >= self.cap:
+                self.cap = min(self.cap + 2, self.k_max)
         per_tok = draft_seconds / k
         self.draft_per_token = per_tok if self.draft_per_token is None else _ema(self.draft_per_token, per_tok, self.ema)
         if self.plain_rate is not None:
@@ -127,8 +142,9 @@ def _ema(old: float, new: float, w: float) -> float:
     return (1 - w) * old + w * new
 
 
-def make_policy(draft_tokens: int | str):
-    """`draft_tokens`: an int k >= 1, or "adaptive"."""
+def make_policy(draft_tokens: int | str, confident: bool = True):
+    """`draft_tokens`: an int k >= 1, or "adaptive". confident: the proposer stops on its own
+    confidence (a draft model); False for one that cannot (prompt lookup)."""
     if draft_tokens == "adaptive":
-        return AdaptiveDraftLength()
+        return AdaptiveDraftLength(confident=confident)
     return FixedDraftLength(int(draft_tokens))

@@ -111,7 +111,9 @@ class Decoder:
     def _loop(self, ids, settings, proposer, cancel, detok, reuse_cache=False) -> Iterator[TokenEvent]:
         params = settings.sampling
         rng = torch.Generator().manual_seed(settings.seed)
-        policy = make_policy(settings.draft_tokens) if proposer is not None else None
+        policy = None
+        if proposer is not None:
+            policy = make_policy(settings.draft_tokens, getattr(proposer, "stops_on_confidence", False))
         stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
         target = self.target
         if reuse_cache:

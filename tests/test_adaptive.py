@@ -64,6 +64,18 @@ def test_keeps_speculating_where_it_pays():
     assert ctl.cost_ratio == pytest.approx(0.1)
 
 
+def test_a_proposer_without_confidence_gets_a_cap_that_follows_acceptance():
+    ctl = make_policy("adaptive", confident=False)  # prompt lookup
+    assert ctl.next_k() == 4
+    ctl.observe(4, 4, 0.0, 1.0)  # full draft accepted: +2
+    assert ctl.next_k() == 6
+    ctl.observe(6, 2, 0.0, 1.0)  # a rejection: -1
+    assert ctl.cap == 5
+    ctl.observe(3, 3, 0.0, 1.0)  # a shorter match, all kept: unchanged
+    assert ctl.cap == 5
+    assert make_policy("adaptive").next_k() == 16  # a draft model: long, cut by its confidence
+
+
 def test_fixed_and_factory():
     assert make_policy(3).next_k() == 3 and make_policy(3).min_confidence == 0.0
     assert isinstance(make_policy("adaptive"), AdaptiveDraftLength)

@@ -31,6 +31,9 @@ class Proposal:
 @runtime_checkable
 class Proposer(Protocol):
     name: str
+    # True when propose() honours min_confidence (its own probabilities say when to stop);
+    # the adaptive controller then asks for long drafts and lets the proposer cut them
+    stops_on_confidence: bool
 
     def reset(self, keep: list[int] | None = None) -> None:
         """A new sequence starts. `keep`: its prompt, when the caller allows reuse -- a

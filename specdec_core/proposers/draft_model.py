@@ -11,6 +11,7 @@ from .base import Proposal
 
 class DraftModelProposer:
     name = "draft"
+    stops_on_confidence = True
 
     def __init__(self, model: torch.nn.Module, target_vocab_size: int):
         # q_draft must live on the target's ids: trim/pad the draft's head to that width

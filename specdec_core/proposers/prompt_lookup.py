@@ -13,6 +13,7 @@ from .base import Proposal
 
 class PromptLookupProposer:
     name = "prompt-lookup"
+    stops_on_confidence = False  # a match has no probability: the controller caps its length
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:
