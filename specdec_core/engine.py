@@ -29,7 +29,8 @@ DENSE_HEADROOM_BYTES = 8 << 30
 
 
 def _dense_fits(model) -> tuple[bool, int]:
-    """(float32 prefill copies fit in free memory, their bytes) for a model's CPU linears."""
+    """(float32 prefill copies fit in free memory, their bytes at most): every CPU linear is
+    counted, though the ones that stay float32 (a tied head, Q6_K layers) need no copy."""
     import psutil
 
     from .cpu_kernels import cpu_linears
@@ -71,7 +72,7 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
             dense, need = _dense_fits(lm.model)
             if not dense:
                 lm.info.notes.append(f"prompt prefill stays on the 4-bit kernel: float32 copies "
-                                     f"({need / 2**30:.1f} GiB) would leave under "
+                                     f"(up to {need / 2**30:.1f} GiB) would leave under "
                                      f"{DENSE_HEADROOM_BYTES >> 30} GiB of memory free")
         saved = None
         if lm.gguf_path is not None:

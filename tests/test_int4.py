@@ -144,7 +144,8 @@ def test_decoder_exact_on_int4_models(tiny):
             assert spec.token_ids == std.token_ids == ref
 
 
-def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache):
+def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache, monkeypatch):
+    monkeypatch.setattr("specdec_core.engine.DENSE_HEADROOM_BYTES", 0)  # whatever the host has free
     tok = make_tokenizer()
     source = make_model(len(tok), seed=0)
     path = save_gguf(tmp_path / "tiny-q4.gguf", source, tok, quantized=True, quant_type="Q4_0")
@@ -215,6 +216,15 @@ def test_engine_int4_mode_keeps_no_float32_copies(tmp_path, isolated_cache):
     layers = [m for m in engine.target.model.modules() if type(m) is Int4Linear]
     assert layers and all(m.dense is None for m in layers)
     assert engine.target.info.kernels == "int4 x14 (GGUF codes) + oneDNN x1 (float32)"
+
+
+def test_auto_keeps_no_float32_copies_without_memory_to_spare(tmp_path, isolated_cache, monkeypatch):
+    monkeypatch.setattr("specdec_core.engine.DENSE_HEADROOM_BYTES", 1 << 60)  # no machine has this
+    tok = make_tokenizer()
+    path = save_gguf(tmp_path / "tiny-q4.gguf", make_model(len(tok), seed=0), tok, quantized=True, quant_type="Q4_0")
+    engine = Engine.load(str(path), None, device="cpu")
+    assert all(m.dense is None for m in engine.target.model.modules() if type(m) is Int4Linear)
+    assert any("prompt prefill stays on the 4-bit kernel" in n for n in engine.target.info.notes)
 
 
 def test_cpu_kernels_default_leaves_the_model_alone(tmp_path, isolated_cache):
