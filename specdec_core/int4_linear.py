@@ -104,7 +104,6 @@ class Int4Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.dense: OneDNNLinear | None = None
-        self.dense_from_rows = DENSE_FROM_ROWS
         self.register_buffer("packed", packed, persistent=False)
         self.register_buffer("scales_and_zeros", scales_and_zeros, persistent=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), requires_grad=False)
@@ -117,14 +116,13 @@ class Int4Linear(nn.Module):
         self._setup(packed, scales_and_zeros, in_features, scales_and_zeros.shape[1], bias)
         return self
 
-    def keep_dense(self, linear: nn.Linear, from_rows: int = DENSE_FROM_ROWS) -> None:
-        """Also keep `linear`'s float32 weight (through oneDNN) for passes of >= from_rows rows.
-        Costs 4 bytes per weight; the choice depends on the pass's shape only."""
+    def keep_dense(self, linear: nn.Linear) -> None:
+        """Also keep `linear`'s float32 weight (through oneDNN) for passes of DENSE_FROM_ROWS
+        rows or more. Costs 4 bytes per weight; the choice depends on the pass's shape only."""
         self.dense = OneDNNLinear(linear)
-        self.dense_from_rows = from_rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.dense is not None and x.numel() >= self.dense_from_rows * self.in_features:
+        if self.dense is not None and x.numel() >= DENSE_FROM_ROWS * self.in_features:
             return self.dense(x)
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
@@ -135,7 +133,7 @@ class Int4Linear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
-        dense = f", float32 from {self.dense_from_rows} rows" if self.dense is not None else ""
+        dense = f", float32 from {DENSE_FROM_ROWS} rows" if self.dense is not None else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, int4{dense}"
 
 
