@@ -21,7 +21,7 @@ class EngineError(ValueError):
     """A request the loaded engine cannot serve; the message says how to fix it."""
 
 
-CPU_KERNELS = ("auto", "int4", "onednn", "default")
+CPU_KERNELS = ("auto", "native", "int4", "onednn", "default")
 # "auto" keeps float32 copies of the 4-bit layers for prompt prefill only when this much memory
 # would still be free after them: they are a speed option for machines with memory to spare
 # (~6 GiB for the embedded pair), never a reason for the desktop to swap
@@ -39,59 +39,84 @@ def _dense_fits(model) -> tuple[bool, int]:
     return psutil.virtual_memory().available - need >= DENSE_HEADROOM_BYTES, need
 
 
-def _use_cpu_kernels(lm, role: str, mode: str) -> None:
-    """Swap a float32 CPU model's linears for faster kernels, in place; notes say what ran where.
-
-    Measured on the project's 2-core AVX2 machine (embedded pair, one-row step): target 460 ms
-    float32 oneDNN -> 288 ms with its Q4_K layers on their 4-bit codes (the Q6_K layers and the
-    head stay float32, exact); draft 185 ms oneDNN -> 79 ms requantized to 4-bit. The target
-    stays the GGUF's model: the same codes, bfloat16 activations into the 4-bit matmuls.
-    "auto" also keeps each 4-bit layer's float32 weight for prompt prefill (int4_linear.
-    DENSE_FROM_ROWS) when memory allows: oneDNN's float32 GEMM runs ~2x the int4 kernel there.
-    "int4" never keeps them (less memory, slower prefill).
-    """
-    import gc
-
+def _swap_coded_layers(lm, role: str, native: bool, dense: bool):
+    """Put the model's linears on their codes (native kernel or torch's int4 kernel), from the
+    saved cache when it fits, else from the GGUF (and save it). Returns the report."""
     from . import int4_cache
-    from .cpu_kernels import onednn_bytes, use_onednn_linears
-    from .int4_linear import DENSE_FROM_ROWS, int4_available, use_int4_linears
+    from .int4_linear import use_int4_linears
     from .models.cache import converted_dir
     from .models.gguf_convert import fingerprint
     from .models.gguf_int4 import read_int4_codes
+    from .native_linear import use_native_linears
+
+    # a draft's precision never reaches the output (the target verifies what it sampled), so
+    # every draft linear may be requantized; the target only runs on its own codes
+    requantize = role == "draft"
+    mode = ("native-" if native else "") + ("draft" if requantize else "exact")
+    saved = None
+    if lm.gguf_path is not None:
+        saved = int4_cache.cache_file(converted_dir(), fingerprint(lm.gguf_path), mode)
+    report = int4_cache.load(lm.model, saved, dense) if saved is not None and saved.is_file() else None
+    if report is not None:
+        lm.info.notes.append(f"coded layers loaded from {saved}")
+        return report
+    codes = read_int4_codes(lm.gguf_path, lm.model, six_bit=native) if lm.gguf_path is not None else {}
+    if native:
+        report = use_native_linears(lm.model, codes, requantize=requantize)
+    else:
+        report = use_int4_linears(lm.model, codes, requantize=requantize, dense=dense)
+    del codes
+    if saved is not None:
+        int4_cache.save(lm.model, report, saved)
+    return report
+
+
+def _use_cpu_kernels(lm, role: str, mode: str) -> None:
+    """Swap a float32 CPU model's linears for faster kernels, in place; notes say what ran where.
+
+    Measured on the project's 2-core AVX2 machine (embedded pair, speed notes items 9 and 15):
+    the target's one-row step was 460 ms on float32 oneDNN, 288 ms with its Q4_K layers on
+    torch's int4 kernel, and runs on the native kernel with its Q4_K *and* Q6_K layers on their
+    codes (native_linear.py), where a verification of k+1 rows also costs far less. The target
+    stays the GGUF's model: its own codes, decoded to the same float32 weights.
+    "auto": native where it builds, else torch's int4 kernel, which keeps each 4-bit layer's
+    float32 weight for prompt prefill (int4_linear.DENSE_FROM_ROWS) when memory allows.
+    "native" insists on the native kernel; "int4" is torch's kernel without the copies.
+    """
+    import gc
+
+    from .cpu_kernels import onednn_bytes, use_onednn_linears
+    from .int4_linear import DENSE_FROM_ROWS, int4_available
     from .models.loader import measure_memory
+    from .native import unavailable
 
     if mode == "default":
         return
     kernels = []
-    if mode in ("auto", "int4") and int4_available():
-        # a draft's precision never reaches the output (the target verifies what it sampled),
-        # so every draft linear may be requantized; the target only runs on its own codes
-        requantize = role == "draft"
+    native = mode in ("auto", "native") and unavailable() is None
+    if mode == "native" and not native:
+        raise EngineError(f"--cpu-kernels native: {unavailable()}; use auto or int4")
+    if mode == "auto" and not native:
+        lm.info.notes.append(f"native 4-bit kernel off ({unavailable()}): torch's int4 kernel instead")
+    if native or (mode in ("auto", "int4") and int4_available()):
         dense = False
-        if mode == "auto":
+        if mode == "auto" and not native:
             dense, need = _dense_fits(lm.model)
             if not dense:
                 lm.info.notes.append(f"prompt prefill stays on the 4-bit kernel: float32 copies "
                                      f"(up to {need / 2**30:.1f} GiB) would leave under "
                                      f"{DENSE_HEADROOM_BYTES >> 30} GiB of memory free")
-        saved = None
-        if lm.gguf_path is not None:
-            saved = int4_cache.cache_file(converted_dir(), fingerprint(lm.gguf_path), "draft" if requantize else "exact")
-        report = int4_cache.load(lm.model, saved, dense) if saved is not None and saved.is_file() else None
-        if report is not None:
-            lm.info.notes.append(f"4-bit layers loaded from {saved}")
-        else:
-            codes = read_int4_codes(lm.gguf_path, lm.model) if lm.gguf_path is not None else {}
-            report = use_int4_linears(lm.model, codes, requantize=requantize, dense=dense)
-            del codes
-            if saved is not None:
-                int4_cache.save(lm.model, report, saved)
+        report = _swap_coded_layers(lm, role, native, dense)
+        kind = "native" if native else "int4"
+        how = "native kernel, float32 activations" if native else "int4 kernel, bfloat16 activations"
         if report.exact:
-            kernels.append(f"int4 x{report.exact} (GGUF codes)")
-            lm.info.notes.append(f"{report.exact} linear layers run on the GGUF's own 4-bit codes "
-                                 f"(int4 kernel, bfloat16 activations)")
+            kernels.append(f"{kind} 4-bit x{report.exact} (GGUF codes)")
+            lm.info.notes.append(f"{report.exact} linear layers run on the GGUF's own 4-bit codes ({how})")
+        if getattr(report, "exact8", 0):
+            kernels.append(f"{kind} 6-bit x{report.exact8} (GGUF codes)")
+            lm.info.notes.append(f"{report.exact8} linear layers run on the GGUF's own 6-bit codes ({how})")
         if report.requantized:
-            kernels.append(f"int4 x{report.requantized} (requantized)")
+            kernels.append(f"{kind} 4-bit x{report.requantized} (requantized)")
             lm.info.notes.append(f"{report.requantized} linear layers requantized to 4-bit for speed "
                                  f"(a draft's precision does not change the output)")
         if dense and report.exact + report.requantized:
@@ -133,11 +158,13 @@ class Engine:
         """Load a pair by SPEC (see models) and check it is compatible before any decoding.
 
         cpu_kernels (float32 models on CPU only):
-          "auto"    the target's 4-bit GGUF layers run on their own codes through torch's int4
-                    kernel (int4_linear.py), the draft's linears are requantized to 4-bit, and
-                    whatever is left runs through oneDNN (cpu_kernels.py); the 4-bit layers
-                    keep float32 copies for prompt prefill when memory allows;
-          "int4"    the same without the float32 copies (least memory);
+          "auto"    the target's 4-bit and 6-bit GGUF layers run on their own codes through the
+                    native kernel (native_linear.py), the draft's linears are requantized to
+                    4-bit, and whatever is left runs through oneDNN (cpu_kernels.py); where the
+                    native kernel does not build, torch's int4 kernel takes the 4-bit layers
+                    (int4_linear.py), with float32 copies for prompt prefill when memory allows;
+          "native"  the native kernel or an error saying why it is unavailable;
+          "int4"    torch's int4 kernel without the float32 copies;
           "onednn"  every linear through oneDNN, float32;
           "default" torch's own kernels.
         """

@@ -4,6 +4,9 @@ Turning the embedded target's Q4_K tensors into the int4 kernel's packed layout 
 requantizing the draft a few more, at every start. The packed tensors are saved as one
 safetensors file per (GGUF file, mode, torch version) -- the packed layout is torch's own and
 may change between versions -- next to the converted models, and loaded with mmap next time.
+The native kernel's layers (native_linear.py) are saved the same way, in files of their own
+(mode "native-exact" / "native-draft"): codes, scale and offset per layer; the codes' dtype
+says 4-bit (uint8) or 8-bit (int8).
 A file that does not fit the model (other shapes, missing layers) is ignored and rewritten.
 """
 
@@ -16,12 +19,15 @@ import torch
 from torch import nn
 
 from .int4_linear import Int4Linear, Int4Report
+from .native_linear import NativeLinear, NativeReport
 
 _PACKED, _SZ = ".packed", ".scales_and_zeros"
+_NATIVE = (".codes", ".scale", ".offset")
 
 
 def cache_file(folder: Path, key: str, mode: str) -> Path:
-    """mode: "exact" (a GGUF's own codes only) or "draft" (requantized where needed)."""
+    """mode: "exact" (a GGUF's own codes only) or "draft" (requantized where needed), with a
+    "native-" prefix for native_linear's layers."""
     return folder / f"{key[:16]}-int4-{mode}-torch{torch.__version__.replace('+', '_')}.safetensors"
 
 
@@ -33,9 +39,12 @@ def save(model: nn.Module, report: Int4Report, path: Path) -> None:
         if isinstance(m, Int4Linear):
             tensors[name + _PACKED] = m.packed
             tensors[name + _SZ] = m.scales_and_zeros
+        elif isinstance(m, NativeLinear):
+            tensors.update({f"{name}.{k}": t for k, t in m.saved_tensors().items()})
     if not tensors:
         return
-    meta = {"exact": str(report.exact), "requantized": str(report.requantized), "kept": str(report.kept)}
+    meta = {"exact": str(report.exact), "requantized": str(report.requantized), "kept": str(report.kept),
+            "exact8": str(getattr(report, "exact8", 0))}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
     try:
@@ -45,32 +54,59 @@ def save(model: nn.Module, report: Int4Report, path: Path) -> None:
         tmp.unlink(missing_ok=True)  # a cache is an optimisation: a full disk must not stop a load
 
 
+def _native_layer(f, name: str, lin: nn.Linear) -> NativeLinear | None:
+    """Rebuild one native layer from the file, or None when its shapes do not fit `lin`."""
+    keys = set(f.keys())
+    t = {k[1:]: f.get_tensor(name + k) for k in _NATIVE if name + k in keys}
+    bits = 4 if t["codes"].dtype == torch.uint8 else 8
+    n, k = lin.out_features, lin.in_features
+    group = 32 if bits == 4 else 16
+    want = {"codes": (n // 16, k, 8 if bits == 4 else 16), "scale": (n // 16, k // group, 16)}
+    if bits == 4:
+        want["offset"] = want["scale"]
+    if n % 16 or k % group or {key: tuple(v.shape) for key, v in t.items()} != want:
+        return None
+    return NativeLinear(bits, t, k, n, lin.bias)
+
+
 def load(model: nn.Module, path: Path, dense: bool = False) -> Int4Report | None:
     """Swap the saved layers into `model`; None (model untouched) when the file does not fit.
-    dense: as in use_int4_linears."""
+    dense: as in use_int4_linears (torch's int4 layers only)."""
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
-            names = sorted({k[: -len(_PACKED)] for k in f.keys() if k.endswith(_PACKED)})
+            native = any(k.endswith(".codes") for k in f.keys())
+            suffix = ".codes" if native else _PACKED
+            names = sorted({k[: -len(suffix)] for k in f.keys() if k.endswith(suffix)})
             swaps = []
             for name in names:
                 try:
                     lin = model.get_submodule(name)
                 except AttributeError:
                     return None
-                sz = f.get_tensor(name + _SZ)
-                if type(lin) is not nn.Linear or tuple(sz.shape[:2]) != (lin.in_features // 32, lin.out_features):
+                if type(lin) is not nn.Linear:
                     return None
-                swaps.append((name, lin, f.get_tensor(name + _PACKED), sz))
+                if native:
+                    new = _native_layer(f, name, lin)
+                    if new is None:
+                        return None
+                    swaps.append((name, lin, new))
+                    continue
+                sz = f.get_tensor(name + _SZ)
+                if tuple(sz.shape[:2]) != (lin.in_features // 32, lin.out_features):
+                    return None
+                swaps.append((name, lin, (f.get_tensor(name + _PACKED), sz)))
     except Exception:  # noqa: BLE001 -- unreadable or foreign file: rebuild it
         return None
-    for name, lin, packed, sz in swaps:
+    for name, lin, new in swaps:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        new = Int4Linear.from_packed(packed, sz, lin.in_features, lin.bias)
-        if dense:
-            new.keep_dense(lin)
+        if not isinstance(new, NativeLinear):
+            new = Int4Linear.from_packed(*new, lin.in_features, lin.bias)
+            if dense:
+                new.keep_dense(lin)
         setattr(parent, child, new)
-    return Int4Report(int(meta.get("exact", 0)), int(meta.get("requantized", 0)), int(meta.get("kept", 0)))
+    counts = [int(meta.get(k, 0)) for k in ("exact", "requantized", "kept")]
+    return NativeReport(*counts, int(meta.get("exact8", 0))) if native else Int4Report(*counts)

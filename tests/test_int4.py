@@ -29,6 +29,15 @@ def isolated_cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
+@pytest.fixture
+def no_native(monkeypatch):
+    """Engine "auto" as on a machine where the native kernel cannot be built: torch's int4."""
+    from specdec_core import native
+
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "_why", "off for this test")
+
+
 def _q4_k_blocks(rows: int, cols: int, seed: int) -> np.ndarray:
     """Random but valid Q4_K super-blocks (gguf-py cannot quantize to Q4_K): fp16 d and dmin,
     12 bytes of packed 6-bit scales/mins, 128 bytes of nibbles -- every byte pattern is legal."""
@@ -144,7 +153,7 @@ def test_decoder_exact_on_int4_models(tiny):
             assert spec.token_ids == std.token_ids == ref
 
 
-def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache, monkeypatch):
+def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache, monkeypatch, no_native):
     monkeypatch.setattr("specdec_core.engine.DENSE_HEADROOM_BYTES", 0)  # whatever the host has free
     tok = make_tokenizer()
     source = make_model(len(tok), seed=0)
@@ -159,7 +168,7 @@ def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache, monk
     assert any("own 4-bit codes" in n for n in engine.target.info.notes)
     # the draft is the same Q4_0 file: its own codes too; the 61-row head does not fit the kernel
     assert engine.target.info.kernels == engine.draft.info.kernels == (
-        "int4 x14 (GGUF codes) + float32 prefill from 32 rows + oneDNN x1 (float32)")
+        "int4 4-bit x14 (GGUF codes) + float32 prefill from 32 rows + oneDNN x1 (float32)")
     for prompt in (engine.encode_prompt("the cat sat on"),  # prefill on the 4-bit kernel
                    engine.encode_prompt("the cat sat on the mat and the dog ran to the cat " * 4)):  # float32
         std = engine.generate(prompt, DecodeSettings(max_new_tokens=12), mode="standard").run()
@@ -170,8 +179,8 @@ def test_engine_runs_a_q4_0_gguf_on_its_own_codes(tmp_path, isolated_cache, monk
 
     # a second start takes the packed layers from the cache and computes the same tokens
     again = Engine.load(str(path), str(path), device="cpu")
-    assert any("4-bit layers loaded from" in n for n in again.target.info.notes)
-    assert any("4-bit layers loaded from" in n for n in again.draft.info.notes)
+    assert any("coded layers loaded from" in n for n in again.target.info.notes)
+    assert any("coded layers loaded from" in n for n in again.draft.info.notes)
     assert again.generate(prompt, DecodeSettings(max_new_tokens=12, draft_tokens=3)).run().token_ids == std.token_ids
 
 
@@ -215,10 +224,10 @@ def test_engine_int4_mode_keeps_no_float32_copies(tmp_path, isolated_cache):
     engine = Engine.load(str(path), None, device="cpu", cpu_kernels="int4")
     layers = [m for m in engine.target.model.modules() if type(m) is Int4Linear]
     assert layers and all(m.dense is None for m in layers)
-    assert engine.target.info.kernels == "int4 x14 (GGUF codes) + oneDNN x1 (float32)"
+    assert engine.target.info.kernels == "int4 4-bit x14 (GGUF codes) + oneDNN x1 (float32)"
 
 
-def test_auto_keeps_no_float32_copies_without_memory_to_spare(tmp_path, isolated_cache, monkeypatch):
+def test_auto_keeps_no_float32_copies_without_memory_to_spare(tmp_path, isolated_cache, monkeypatch, no_native):
     monkeypatch.setattr("specdec_core.engine.DENSE_HEADROOM_BYTES", 1 << 60)  # no machine has this
     tok = make_tokenizer()
     path = save_gguf(tmp_path / "tiny-q4.gguf", make_model(len(tok), seed=0), tok, quantized=True, quant_type="Q4_0")

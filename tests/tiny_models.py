@@ -160,12 +160,15 @@ def save_pair(tmp_path: Path | str) -> tuple[Path, Path]:
 
 
 def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast,
-              quantized: bool = False, quant_type: str = "Q8_0") -> Path:
+              quantized: bool = False, quant_type: str = "Q8_0",
+              overrides: dict | None = None) -> Path:
     """Write `model` + `tokenizer` as a llama.cpp-style GGUF (arch qwen2, gpt2 tokenizer).
 
     quantized=False: every tensor F32, so loading it back gives the same logits as `model`.
     quantized=True: the 2-D weight matrices as `quant_type` (Q8_0 or Q4_0: blocks of 32 along
     rows), like a real quantized file.
+    overrides: GGUF tensor name -> (raw blocks, type name), written as they are (e.g. random
+    valid Q6_K blocks, a type gguf-py cannot quantize to); the file's model is what they decode to.
     The tensor and metadata names are llama.cpp's (what transformers' GGUF loader maps).
     """
     import gguf
@@ -223,8 +226,14 @@ def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTo
     state = model.state_dict()
     if cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # a missing output.weight tells loaders "tied"
+    overrides = overrides or {}
     for hf_name, tensor in state.items():
         data = tensor.detach().to(torch.float32).numpy()
+        if names[hf_name] in overrides:
+            raw, type_name = overrides[names[hf_name]]
+            qtype = gguf.GGMLQuantizationType[type_name]
+            w.add_tensor(names[hf_name], raw.reshape(data.shape[0], -1), raw_dtype=qtype)
+            continue
         if quantized and data.ndim == 2 and data.shape[-1] % 32 == 0:
             qtype = gguf.GGMLQuantizationType[quant_type]
             w.add_tensor(names[hf_name], gguf.quants.quantize(data, qtype), raw_dtype=qtype)
