@@ -111,18 +111,43 @@ static inline __attribute__((always_inline)) void tile(const int R, const float*
   }
 }
 
+/* Decode kc values of k (a whole number of groups) from k0 into buf, scale and offset held in
+   registers for each group. */
+static inline __attribute__((always_inline)) void decode_chunk(const int BITS, const uint8_t* codes,
+    const float* scale, const float* offset, int64_t k0, int64_t kc, float* buf) {
+  const int GS = BITS == 4 ? 32 : 16;
+  for (int64_t g0 = 0; g0 < kc; g0 += GS) {
+    const int64_t g = ((k0 + g0) / GS) * NP;
+    const __m256 s0 = _mm256_loadu_ps(scale + g), s1 = _mm256_loadu_ps(scale + g + 8);
+    __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();
+    if (BITS == 4) { o0 = _mm256_loadu_ps(offset + g); o1 = _mm256_loadu_ps(offset + g + 8); }
+    float* b = buf + g0 * 16;
+#pragma GCC unroll 4
+    for (int kk = 0; kk < GS; kk++) {
+      const int64_t k = k0 + g0 + kk;
+      __m256 w0, w1;
+      if (BITS == 4) {
+        const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + k * 8)));
+        w0 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF))), s0, o0);
+        w1 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4)), s1, o1);
+      } else {
+        const __m128i q = _mm_loadu_si128((const __m128i*)(codes + k * 16));
+        w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s0);
+        w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), s1);
+      }
+      _mm256_store_ps(b + kk * 16, w0);
+      _mm256_store_ps(b + kk * 16 + 8, w1);
+    }
+  }
+}
+
 static inline __attribute__((always_inline)) void buffered(const int BITS, const float* A,
     int64_t M, int64_t K, const uint8_t* codes, const float* scale, const float* offset,
     float* C, int64_t ldc) {
   float buf[KC * NP] __attribute__((aligned(64)));
   for (int64_t k0 = 0; k0 < K; k0 += KC) {
     const int64_t kc = K - k0 < KC ? K - k0 : KC;
-    for (int64_t k = 0; k < kc; k++) {
-      __m256 w0, w1;
-      weights(BITS, codes, scale, offset, k0 + k, &w0, &w1);
-      _mm256_store_ps(buf + k * 16, w0);
-      _mm256_store_ps(buf + k * 16 + 8, w1);
-    }
+    decode_chunk(BITS, codes, scale, offset, k0, kc, buf);
     /* the tiles below leave the memory bus idle: start reading the next chunk's codes */
     if (k0 + KC < K) {
       const int64_t bytes = (K - k0 - KC < KC ? K - k0 - KC : KC) * BITS * 2;
