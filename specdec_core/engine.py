@@ -60,7 +60,9 @@ def _swap_coded_layers(lm, role: str, native: bool, dense: bool):
     if report is not None:
         lm.info.notes.append(f"coded layers loaded from {saved}")
         return report
-    codes = read_int4_codes(lm.gguf_path, lm.model, six_bit=native) if lm.gguf_path is not None else {}
+    # a draft's 6-bit layers are requantized to 4-bit too: fewer bytes per drafted token
+    six_bit = native and not requantize
+    codes = read_int4_codes(lm.gguf_path, lm.model, six_bit=six_bit) if lm.gguf_path is not None else {}
     if native:
         report = use_native_linears(lm.model, codes, requantize=requantize)
     else:
