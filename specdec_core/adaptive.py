@@ -20,7 +20,9 @@ The rule (documented in README, "Adaptive draft length"):
    speculative steps (emitted tokens / (draft + verify time)) and of plain target steps
    (1 / time of a one-token step), each an exponential average. It speculates while the
    speculative rate is at least the plain one, otherwise takes plain steps (k = 0), and
-   probes the other choice every `probe_every` steps because both drift with the text. The
+   probes the other choice because both drift with the text: after `probe_every` steps, and
+   each probe that does not change the choice doubles the wait (up to `probe_max` steps; a
+   change resets it), so a prompt where one choice keeps winning pays for few probes. The
    plain rate is measured with one plain step after the first two speculative ones.
 
 Why the draft's running confidence and not a draft length from the textbook
@@ -63,6 +65,7 @@ class AdaptiveDraftLength:
     threshold_max: float = 0.8
     ema: float = 0.3
     probe_every: int = 8
+    probe_max: int = 32
     decay: float = 0.9
     # pseudo-counts for alpha (reporting): a prior of 0.6 worth a handful of tokens
     accepted: float = 3.0
@@ -73,10 +76,13 @@ class AdaptiveDraftLength:
     plain_rate: float | None = None  # tokens / s of plain steps
     _spec_steps: int = 0
     _since_probe: int = 0
+    _probe_wait: int = 0  # steps between probes now (probe_every, doubled by each lost probe)
+    _probing: bool | None = None  # the choice a probe in flight is testing against, else None
 
     def __post_init__(self) -> None:
         if not self.confident and self.cap is None:
             self.cap = self.cap_start
+        self._probe_wait = self.probe_every
 
     @property
     def alpha(self) -> float:
@@ -98,9 +104,10 @@ class AdaptiveDraftLength:
         if self.plain_rate is None and self._spec_steps >= 2:
             return 0  # one plain step, to measure what not speculating costs
         self._since_probe += 1
-        probe = self._since_probe >= self.probe_every
+        probe = self._since_probe >= self._probe_wait
         if probe:
             self._since_probe = 0
+            self._probing = self.speculating
         if self.speculating != probe:  # speculating and not probing, or plain and probing
             return self.k_max if self.confident else self.cap
         return 0
@@ -112,7 +119,15 @@ class AdaptiveDraftLength:
         rate = (n_accepted + 1) / seconds
         if k == 0:
             self.plain_rate = rate if self.plain_rate is None else _ema(self.plain_rate, rate, self.ema)
-            return
+        else:
+            self._observe_speculative(k, n_accepted, draft_seconds, verify_seconds, rate)
+        if self._probing is not None:  # a probe's step: did it change the choice?
+            lost = self.speculating == self._probing
+            self._probe_wait = min(2 * self._probe_wait, self.probe_max) if lost else self.probe_every
+            self._probing = None
+
+    def _observe_speculative(self, k: int, n_accepted: int, draft_seconds: float,
+                             verify_seconds: float, rate: float) -> None:
         self._spec_steps += 1
         self.spec_rate = rate if self.spec_rate is None else _ema(self.spec_rate, rate, self.ema)
         self.accepted = self.decay * self.accepted + n_accepted

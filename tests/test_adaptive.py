@@ -81,3 +81,18 @@ def test_fixed_and_factory():
     assert isinstance(make_policy("adaptive"), AdaptiveDraftLength)
     with pytest.raises(ValueError):
         FixedDraftLength(0)
+
+
+def test_probes_back_off_while_they_keep_losing_and_reset_on_a_change():
+    # the losing shape of test_stops_speculating_where_it_does_not_pay, for longer
+    ctl = AdaptiveDraftLength()
+    ks = feed(ctl, 200, lambda k: k // 2, d=0.4, v=lambda k: 1.0 if k == 0 else 2.05, stop=4)
+    probes = [i for i, k in enumerate(ks) if k > 0 and i >= 8]  # after the first two steps
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[0] == 16 and gaps[-1] == ctl.probe_max  # 16, 32, 32, ...
+    assert len(probes) <= 8  # instead of one every 8 steps (~24)
+    # the draft turns right and cheap: the next probe wins; plain probes start again at 8
+    ks = feed(ctl, 80, lambda k: k, d=0.02, v=lambda k: 1.0 if k == 0 else 1.2)
+    first = next(i for i, k in enumerate(ks) if k > 0)
+    assert first <= ctl.probe_max and ctl.speculating
+    assert ks[first + 1 : first + ctl.probe_every + 1].index(0) == ctl.probe_every - 1
