@@ -48,6 +48,11 @@ def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> 
     win.start_loading()
     _wait(app, lambda: state["loaded"] or state["error"], timeout)
     check("models load", state["loaded"], state["error"] or f"{time.monotonic() - t0:.1f} s")
+    if state["loaded"]:  # which kernels the bundle runs on (native where it ships and loads)
+        for role in ("target", "draft"):
+            kernels = (win.model_info.get(role) or {}).get("kernels")
+            if kernels:
+                print(f"     {role} kernels: {kernels}", file=out, flush=True)
     if state["loaded"]:
         win.side_panel.max_new.setValue(12)
         for mode, expected in (("standard", {"standard"}), ("speculative", SPECULATIVE_KINDS)):
