@@ -64,7 +64,9 @@ def _native_layer(f, name: str, lin: nn.Linear) -> NativeLinear | None:
     want = {"codes": (n // 16, k, 8 if bits == 4 else 16), "scale": (n // 16, k // group, 16)}
     if bits == 4:
         want["offset"] = want["scale"]
-    if n % 16 or k % group or {key: tuple(v.shape) for key, v in t.items()} != want:
+    dtypes_ok = t["codes"].dtype in (torch.uint8, torch.int8) and all(
+        v.dtype == torch.float32 for key, v in t.items() if key != "codes")
+    if n % 16 or k % group or not dtypes_ok or {key: tuple(v.shape) for key, v in t.items()} != want:
         return None
     return NativeLinear(bits, t, k, n, lin.bias)
 

@@ -200,3 +200,23 @@ def test_a_failed_build_is_a_reason_not_a_crash(tmp_path, monkeypatch):
     assert native.load() is None
     assert native.unavailable().startswith("could not build or load the kernel: false failed")
     assert not list(tmp_path.rglob("*.partial-*"))  # nothing half-written left behind
+
+
+@needs_native
+def test_a_native_cache_file_that_does_not_fit_is_ignored(tmp_path):
+    from specdec_core import int4_cache
+
+    torch.manual_seed(0)
+    src = nn.Linear(64, 32)
+    model = nn.Sequential(nn.Linear(64, 32))
+    model[0].load_state_dict(src.state_dict())
+    report = use_native_linears(model, {}, requantize=True)
+    int4_cache.save(model, report, tmp_path / "n.safetensors")
+    other = nn.Sequential(nn.Linear(96, 32))  # same names, other shapes
+    assert int4_cache.load(other, tmp_path / "n.safetensors") is None and type(other[0]) is nn.Linear
+    same = nn.Sequential(nn.Linear(64, 32))
+    same[0].load_state_dict(src.state_dict())
+    loaded = int4_cache.load(same, tmp_path / "n.safetensors")
+    assert loaded.requantized == 1 and isinstance(same[0], NativeLinear)
+    x = torch.randn(3, 64)
+    assert torch.equal(same(x), model(x))
