@@ -23,6 +23,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,16 +57,17 @@ def build(dest: Path) -> Path:
     """Compile qgemm.c into dest/<library_name()>; raises RuntimeError with the compiler's
     message on failure. Written under a temporary name first: never a half-written library."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
+    if not cc:
         raise RuntimeError("no C compiler found (install gcc, or set CC)")
+    cc_args = shlex.split(cc)  # CC may carry flags of its own, e.g. "gcc -m64"
     dest.mkdir(parents=True, exist_ok=True)
     out = dest / library_name()
     tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")
-    proc = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+    proc = subprocess.run([*cc_args, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise RuntimeError(f"{Path(cc).name} failed: {last}")
+        raise RuntimeError(f"{Path(cc_args[0]).name} failed: {last}")
     os.replace(tmp, out)
     return out
 
