@@ -78,9 +78,10 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
 
     Measured on the project's 2-core AVX2 machine (embedded pair, speed notes items 9 and 15):
     the target's one-row step was 460 ms on float32 oneDNN, 288 ms with its Q4_K layers on
-    torch's int4 kernel, and runs on the native kernel with its Q4_K *and* Q6_K layers on their
-    codes (native_linear.py), where a verification of k+1 rows also costs far less. The target
-    stays the GGUF's model: its own codes, decoded to the same float32 weights.
+    torch's int4 kernel (249 ms in a later measurement), and 161 ms on the native kernel with
+    its Q4_K *and* Q6_K layers on their codes (native_linear.py), where a 5-row verification
+    also fell from 634 to 351 ms. The target stays the GGUF's model: its own codes, decoded to
+    the same float32 weights.
     "auto": native where it builds, else torch's int4 kernel, which keeps each 4-bit layer's
     float32 weight for prompt prefill (int4_linear.DENSE_FROM_ROWS) when memory allows.
     "native" insists on the native kernel; "int4" is torch's kernel without the copies.
