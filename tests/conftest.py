@@ -18,6 +18,23 @@ def soften(model, factor: float):
     return model
 
 
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    """Conversions and coded-layer caches of the tiny GGUFs go to a cache of their own."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def no_native(monkeypatch):
+    """The engine as on a machine where the native kernel cannot be built: "auto" falls back
+    to torch's int4 kernel."""
+    from specdec_core import native
+
+    monkeypatch.setattr(native, "_lib", None)
+    monkeypatch.setattr(native, "_why", "off for this test")
+
+
 @pytest.fixture(scope="session")
 def tiny():
     tok = make_tokenizer()

@@ -22,22 +22,6 @@ from tiny_models import make_model, make_tokenizer, save_gguf
 pytestmark = pytest.mark.skipif(not int4_available(), reason="torch has no int4 CPU kernel")
 
 
-@pytest.fixture
-def isolated_cache(tmp_path, monkeypatch):
-    """Conversions of the tiny GGUFs go to a cache of their own."""
-    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def no_native(monkeypatch):
-    """Engine "auto" as on a machine where the native kernel cannot be built: torch's int4."""
-    from specdec_core import native
-
-    monkeypatch.setattr(native, "_lib", None)
-    monkeypatch.setattr(native, "_why", "off for this test")
-
-
 def _q4_k_blocks(rows: int, cols: int, seed: int) -> np.ndarray:
     """Random but valid Q4_K super-blocks (gguf-py cannot quantize to Q4_K): fp16 d and dmin,
     12 bytes of packed 6-bit scales/mins, 128 bytes of nibbles -- every byte pattern is legal."""

@@ -26,19 +26,6 @@ from tiny_models import make_model, make_tokenizer, save_gguf
 needs_native = pytest.mark.skipif(native.load() is None, reason=f"native kernel: {native.unavailable()}")
 
 
-@pytest.fixture
-def isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def no_native(monkeypatch):
-    """The engine as on a machine where the kernel cannot be built."""
-    monkeypatch.setattr(native, "_lib", None)
-    monkeypatch.setattr(native, "_why", "off for this test")
-
-
 def _q6_k_blocks(rows: int, cols: int, seed: int) -> np.ndarray:
     """Random valid Q6_K super-blocks (gguf-py cannot quantize to Q6_K): any bytes for the
     codes and int8 scales, a small positive fp16 d."""
