@@ -115,7 +115,7 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
         if report.exact:
             kernels.append(f"{kind} 4-bit x{report.exact} (GGUF codes)")
             lm.info.notes.append(f"{report.exact} linear layers run on the GGUF's own 4-bit codes ({how})")
-        if getattr(report, "exact8", 0):
+        if report.exact8:
             kernels.append(f"{kind} 6-bit x{report.exact8} (GGUF codes)")
             lm.info.notes.append(f"{report.exact8} linear layers run on the GGUF's own 6-bit codes ({how})")
         if report.requantized:

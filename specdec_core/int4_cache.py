@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .int4_linear import Int4Linear, Int4Report
-from .native_linear import NativeLinear, NativeReport
+from .native_linear import NativeLinear
 
 _PACKED, _SZ = ".packed", ".scales_and_zeros"
 _NATIVE = (".codes", ".scale", ".offset")
@@ -44,7 +44,7 @@ def save(model: nn.Module, report: Int4Report, path: Path) -> None:
     if not tensors:
         return
     meta = {"exact": str(report.exact), "requantized": str(report.requantized), "kept": str(report.kept),
-            "exact8": str(getattr(report, "exact8", 0))}
+            "exact8": str(report.exact8)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
     try:
@@ -110,5 +110,4 @@ def load(model: nn.Module, path: Path, dense: bool = False) -> Int4Report | None
             if dense:
                 new.keep_dense(lin)
         setattr(parent, child, new)
-    counts = [int(meta.get(k, 0)) for k in ("exact", "requantized", "kept")]
-    return NativeReport(*counts, int(meta.get("exact8", 0))) if native else Int4Report(*counts)
+    return Int4Report(*(int(meta.get(k, 0)) for k in ("exact", "requantized", "kept", "exact8")))

@@ -155,6 +155,7 @@ class Int4Report:
     exact: int = 0  # linears running on a GGUF's own 4-bit codes
     requantized: int = 0  # linears requantized from their float weights (drafts only)
     kept: int = 0  # linears left as they were (no codes, shape the kernel refuses)
+    exact8: int = 0  # linears on a GGUF's own 6-bit codes, held as 8-bit (native kernel only)
 
 
 def use_int4_linears(model: nn.Module, codes: Mapping[str, Int4Codes], *, requantize: bool,

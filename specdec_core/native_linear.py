@@ -114,16 +114,11 @@ def native_available() -> bool:
     return native.load() is not None
 
 
-@dataclass
-class NativeReport(Int4Report):
-    exact8: int = 0  # linears running on a GGUF's own 6-bit codes (held as 8-bit)
-
-
 def use_native_linears(model: nn.Module, codes: Mapping[str, Int4Codes | Int8Codes], *,
-                       requantize: bool) -> NativeReport:
+                       requantize: bool) -> Int4Report:
     """Swap nn.Linear modules for NativeLinear, in place (the rules of int4_linear.
     use_int4_linears: exact codes checked against each weight; requantize only for a draft)."""
-    report = NativeReport()
+    report = Int4Report()
     if not native_available():
         return report
     for parent, attr, name, child in cpu_linears(model):
