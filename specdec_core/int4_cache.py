@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .int4_linear import Int4Linear, Int4Report
-from .native_linear import NativeLinear
+from .int4_linear import GROUP, Int4Linear, Int4Report
+from .native_linear import GROUP8, NativeLinear, fits
 
 _PACKED, _SZ = ".packed", ".scales_and_zeros"
 _NATIVE = (".codes", ".scale", ".offset")
@@ -60,13 +60,13 @@ def _native_layer(f, name: str, lin: nn.Linear) -> NativeLinear | None:
     t = {k[1:]: f.get_tensor(name + k) for k in _NATIVE if name + k in keys}
     bits = 4 if t["codes"].dtype == torch.uint8 else 8
     n, k = lin.out_features, lin.in_features
-    group = 32 if bits == 4 else 16
+    group = GROUP if bits == 4 else GROUP8
     want = {"codes": (n // 16, k, 8 if bits == 4 else 16), "scale": (n // 16, k // group, 16)}
     if bits == 4:
         want["offset"] = want["scale"]
     dtypes_ok = t["codes"].dtype in (torch.uint8, torch.int8) and all(
         v.dtype == torch.float32 for key, v in t.items() if key != "codes")
-    if n % 16 or k % group or not dtypes_ok or {key: tuple(v.shape) for key, v in t.items()} != want:
+    if not fits(n, k, bits) or not dtypes_ok or {key: tuple(v.shape) for key, v in t.items()} != want:
         return None
     return NativeLinear(bits, t, k, n, lin.bias)
 
