@@ -35,24 +35,37 @@
 #define KC 256 /* k values dequantized at a time by the buffered path (16 KB of float32) */
 #define MB 6   /* rows per register tile of the buffered path: 12 accumulators */
 
-/* The 16 weights of panel row k, as two vectors of 8 (columns 0-7 and 8-15). */
+/* The 16 weights of panel row k from its codes and its group's scale (and offset), as two
+   vectors of 8 (columns 0-7 and 8-15). Both code paths decode through this one function, so
+   they form the same weights bit for bit. */
+static inline __attribute__((always_inline)) void decode16(const int BITS, const uint8_t* codes,
+    int64_t k, __m256 s0, __m256 s1, __m256 o0, __m256 o1, __m256* w0, __m256* w1) {
+  if (BITS == 4) {
+    const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + k * 8)));
+    *w0 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF))), s0, o0);
+    *w1 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4)), s1, o1);
+  } else {
+    const __m128i q = _mm_loadu_si128((const __m128i*)(codes + k * 16));
+    *w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s0);
+    *w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), s1);
+  }
+}
+
+/* Scale and offset of group g (the 8-bit form has no offset). */
+static inline __attribute__((always_inline)) void group_scale(const int BITS, const float* scale,
+    const float* offset, int64_t g, __m256* s0, __m256* s1, __m256* o0, __m256* o1) {
+  *s0 = _mm256_loadu_ps(scale + g * NP);
+  *s1 = _mm256_loadu_ps(scale + g * NP + 8);
+  *o0 = BITS == 4 ? _mm256_loadu_ps(offset + g * NP) : _mm256_setzero_ps();
+  *o1 = BITS == 4 ? _mm256_loadu_ps(offset + g * NP + 8) : _mm256_setzero_ps();
+}
+
+/* The 16 weights of panel row k, its group's scale read for this row alone. */
 static inline __attribute__((always_inline)) void weights(const int BITS, const uint8_t* codes,
     const float* scale, const float* offset, int64_t k, __m256* w0, __m256* w1) {
-  if (BITS == 4) {
-    const int64_t g = (k >> 5) * NP;
-    const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + k * 8)));
-    const __m256 c0 = _mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF)));
-    const __m256 c1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4));
-    *w0 = _mm256_fmsub_ps(c0, _mm256_loadu_ps(scale + g), _mm256_loadu_ps(offset + g));
-    *w1 = _mm256_fmsub_ps(c1, _mm256_loadu_ps(scale + g + 8), _mm256_loadu_ps(offset + g + 8));
-  } else {
-    const int64_t g = (k >> 4) * NP;
-    const __m128i b = _mm_loadu_si128((const __m128i*)(codes + k * 16));
-    const __m256 c0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-    const __m256 c1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
-    *w0 = _mm256_mul_ps(c0, _mm256_loadu_ps(scale + g));
-    *w1 = _mm256_mul_ps(c1, _mm256_loadu_ps(scale + g + 8));
-  }
+  __m256 s0, s1, o0, o1;
+  group_scale(BITS, scale, offset, BITS == 4 ? k >> 5 : k >> 4, &s0, &s1, &o0, &o1);
+  decode16(BITS, codes, k, s0, s1, o0, o1, w0, w1);
 }
 
 static inline __attribute__((always_inline)) void direct(const int BITS, const int R, const int Q,
@@ -117,24 +130,13 @@ static inline __attribute__((always_inline)) void decode_chunk(const int BITS, c
     const float* scale, const float* offset, int64_t k0, int64_t kc, float* buf) {
   const int GS = BITS == 4 ? 32 : 16;
   for (int64_t g0 = 0; g0 < kc; g0 += GS) {
-    const int64_t g = ((k0 + g0) / GS) * NP;
-    const __m256 s0 = _mm256_loadu_ps(scale + g), s1 = _mm256_loadu_ps(scale + g + 8);
-    __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();
-    if (BITS == 4) { o0 = _mm256_loadu_ps(offset + g); o1 = _mm256_loadu_ps(offset + g + 8); }
+    __m256 s0, s1, o0, o1;
+    group_scale(BITS, scale, offset, (k0 + g0) / GS, &s0, &s1, &o0, &o1);
     float* b = buf + g0 * 16;
 #pragma GCC unroll 4
     for (int kk = 0; kk < GS; kk++) {
-      const int64_t k = k0 + g0 + kk;
       __m256 w0, w1;
-      if (BITS == 4) {
-        const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + k * 8)));
-        w0 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF))), s0, o0);
-        w1 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4)), s1, o1);
-      } else {
-        const __m128i q = _mm_loadu_si128((const __m128i*)(codes + k * 16));
-        w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s0);
-        w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), s1);
-      }
+      decode16(BITS, codes, k0 + g0 + kk, s0, s1, o0, o1, &w0, &w1);
       _mm256_store_ps(b + kk * 16, w0);
       _mm256_store_ps(b + kk * 16 + 8, w1);
     }
