@@ -53,10 +53,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
+    from .gui_gc import GuiThreadCollector
     from .main_window import MainWindow
     from .theme import app_icon, apply_theme
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
+    collector = GuiThreadCollector(app)  # cycles are collected in this thread only (see gui_gc)
     app.setApplicationName("SpecDec Chat")
     app.setOrganizationName("specdec-chat")
     app.setDesktopFileName("specdec-chat")
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     win.start_loading()
     rc = app.exec()
     ended = win.shutdown()
+    collector.stop()
     if not ended:  # a model load still running in the worker cannot be interrupted: leave now
         sys.stdout.flush()
         sys.stderr.flush()

@@ -23,6 +23,7 @@ def _wait(app, predicate, timeout: float) -> bool:
 def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> int:
     from PySide6.QtWidgets import QApplication
 
+    from .gui_gc import GuiThreadCollector
     from .main import load_request_from_args
     from .main_window import MainWindow
     from .theme import apply_theme
@@ -36,6 +37,7 @@ def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> 
         print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail else ""), file=out, flush=True)
 
     app = QApplication.instance() or QApplication(["specdec-chat"])
+    collector = GuiThreadCollector(app)  # as in the app: cycles collected in the GUI thread only
     theme = apply_theme(app, "light")
     data_dir = args.data_dir or tempfile.mkdtemp(prefix="specdec-selftest-")
     win = MainWindow(data_dir, theme, load_request or load_request_from_args(args))
@@ -69,6 +71,7 @@ def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> 
             check(f"{mode}: token kinds", bool(kinds) and set(kinds) <= expected, ",".join(sorted(set(kinds))))
     ended = win.shutdown()
     win.close()
+    collector.stop()
     check("worker stops", ended)
     print(f"self-test: {'PASSED' if failures == 0 else f'{failures} check(s) FAILED'}", file=out, flush=True)
     return 0 if failures == 0 else 1

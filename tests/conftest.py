@@ -18,6 +18,23 @@ def soften(model, factor: float):
     return model
 
 
+@pytest.fixture(autouse=True)
+def _gc_in_gui_thread(request):
+    """Qt tests collect cycles in the GUI thread only, as the app does (app/gui_gc.py): a worker
+    thread that ran the collector could destroy an earlier test's widgets off the GUI thread,
+    which crashed CI once. Teardown runs after qtbot's (autouse fixtures are set up first), so
+    the closed widgets of this test are collected here, in the GUI thread."""
+    if "qtbot" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("qapp")
+    from app.gui_gc import GuiThreadCollector
+
+    collector = GuiThreadCollector()
+    yield
+    collector.stop()
+
+
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch):
     """Conversions and coded-layer caches of the tiny GGUFs go to a cache of their own."""
