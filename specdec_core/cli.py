@@ -90,7 +90,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="sampling seed; with a fixed --draft-tokens K it reproduces a sample exactly, with adaptive "
+                        "k (which follows measured speed) the distribution is the same but a sample may differ")
     p.add_argument("--draft-tokens", type=_draft_tokens, default="adaptive", metavar="K|adaptive",
                    help="tokens the draft proposes per verification, or adaptive (default: measured faster "
                         "than any fixed k on the built-in prompts)")
