@@ -90,6 +90,7 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
 
     from .cpu_kernels import onednn_bytes, use_onednn_linears
     from .int4_linear import DENSE_FROM_ROWS, int4_available
+    from .lean_forward import attach as attach_lean
     from .models.loader import measure_memory
     from .native import unavailable
 
@@ -130,6 +131,11 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
     if n:
         kernels.append(f"oneDNN x{n} (float32)")
         lm.info.notes.append(f"{n} linear layers run through oneDNN (float32)")
+    if native:
+        # q/k/v and gate/up joined, a positional cache, no per-module plumbing (lean_forward.py)
+        why = attach_lean(lm.model)
+        lm.info.notes.append("decoding runs a lean forward (joined q/k/v and gate/up, positional cache)"
+                             if why is None else f"decoding runs transformers' forward ({why})")
     lm.info.kernels = " + ".join(kernels)
     gc.collect()
     lm.info.memory_bytes = measure_memory(lm.model, "cpu", 0) + onednn_bytes(lm.model)

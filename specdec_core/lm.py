@@ -4,12 +4,16 @@ The cache always holds the first `length` tokens of the sequence being decoded; 
 after a rejection is one `crop` of the tokens past the accepted prefix (transformers 5.x:
 `DynamicCache.crop` takes the negative count to remove). It remembers those tokens, so a new
 sequence that starts with them (the next turn of a chat) can keep them instead of recomputing.
+A model with a lean forward (lean_forward.attach) runs that instead, on a cache written by
+position: there a rollback is only a shorter length.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+
+from .lean_forward import ATTR as LEAN
 
 
 class CachedLM:
@@ -19,7 +23,8 @@ class CachedLM:
         # Rows handed out are trimmed or padded to this width, so a draft whose embedding
         # matrix is padded differently from the target's still speaks over the same ids.
         self.vocab_size = vocab_size
-        self.cache: DynamicCache | None = None
+        self.lean = getattr(model, LEAN, None)
+        self.cache = None  # DynamicCache, or lean_forward.PositionalKV with a lean forward
         self.ids: list[int] = []  # the tokens whose keys and values the cache holds
         self.forward_passes = 0
 
@@ -28,7 +33,7 @@ class CachedLM:
         return len(self.ids)
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = self.lean.new_cache() if self.lean is not None else DynamicCache(config=self.model.config)
         self.ids = []
 
     def keep_prefix(self, ids: list[int]) -> int:
@@ -55,22 +60,26 @@ class CachedLM:
         for the last logits_to_keep positions (so the LM head runs only where needed)."""
         if self.cache is None:
             self.reset()
-        x = torch.tensor([ids], dtype=torch.long, device=self.device)
         try:
-            out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+            if self.lean is not None:
+                logits = self.lean(ids, len(self.ids), self.cache, logits_to_keep)
+            else:
+                x = torch.tensor([ids], dtype=torch.long, device=self.device)
+                out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+                logits = out.logits[0]
         except BaseException:
             self.cache = None  # some layers may hold the new tokens and some not: start over
             self.ids = []
             raise
         self.ids.extend(ids)
         self.forward_passes += 1
-        logits = out.logits[0]
         return self._fit_vocab(logits)
 
     def rollback(self, length: int) -> None:
         """Keep only the first `length` cached tokens."""
         if length < self.length:
-            self.cache.crop(length - self.length)
+            if self.lean is None:
+                self.cache.crop(length - self.length)
             del self.ids[length:]
 
     def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
