@@ -121,6 +121,10 @@ class LeanForward:
         self.scaling = self.head_dim**-0.5
         self.layers = [_Layer(layer) for layer in model.model.layers[: cfg.num_hidden_layers]]
 
+    def joined(self) -> list[nn.Module]:
+        """The joined layers this pass made (the model's own modules do not include them)."""
+        return [m for layer in self.layers for m in (layer.qkv, layer.gate_up) if m is not None]
+
     def new_cache(self) -> PositionalKV:
         return PositionalKV(len(self.layers), self.kv_heads, self.head_dim)
 

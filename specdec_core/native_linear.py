@@ -79,6 +79,9 @@ class NativeLinear(nn.Module):
         for name in ("codes", "scale", "offset"):
             self.register_buffer(name, tensors.get(name), persistent=False)
         self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), requires_grad=False)
+        # a draft's layers may take the kernel's faster one-row path, whose rounding differs
+        # from the exact one (set by allow_grouped_rows; never on a target's layers)
+        self.grouped = False
 
     @classmethod
     def from_codes(cls, codes: Int4Codes | Int8Codes, bias: torch.Tensor | None) -> "NativeLinear":
@@ -101,13 +104,24 @@ class NativeLinear(nn.Module):
         rows = x.numel() // self.in_features
         y = torch.empty(*x.shape[:-1], self.out_features)
         if rows:
-            native.gemm_into(x, rows, y, self.bits, self.codes, self.scale, self.offset)
+            native.gemm_into(x, rows, y, self.bits, self.codes, self.scale, self.offset, self.grouped)
         if self.bias is not None:
             y += self.bias
         return y
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, native {self.bits}-bit"
+
+
+def allow_grouped_rows(modules) -> int:
+    """Let these NativeLinears take the faster one-row path (a draft's: its rounding differs
+    from the exact path, which a draft may). Returns how many."""
+    n = 0
+    for m in modules:
+        if isinstance(m, NativeLinear) and m.bits == 4:
+            m.grouped = True
+            n += 1
+    return n
 
 
 def native_available() -> bool:

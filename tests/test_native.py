@@ -93,6 +93,36 @@ def test_every_row_is_the_same_alone_or_in_any_pass(bits, n, k):
 
 
 @needs_native
+@pytest.mark.parametrize("n,k", [(16, 32), (48, 288), (80, 896), (112, 544)])
+def test_the_grouped_one_row_path_is_the_same_product_in_another_rounding(n, k):
+    """A draft's one-row path (qgemm.c q4_gemv_grouped): 1, 3, 5 and 7 panels (the path walks
+    4 at a time), within float32 rounding of the exact product; passes of 2+ rows and layers
+    not marked keep the exact path bit for bit."""
+    torch.manual_seed(n + k)
+    codes = quantize_int4(torch.randn(n, k))
+    layer = NativeLinear.from_codes(codes, torch.randn(n))
+    x = torch.randn(3, k)
+    exact_one, exact_three = layer(x[:1]), layer(x)
+    layer.grouped = True
+    grouped = layer(x[:1])
+    ref = x[:1].double() @ codes.dequantize().double().t() + layer.bias.double()
+    assert torch.allclose(grouped.double(), ref, rtol=1e-5, atol=1e-4)
+    assert not torch.equal(grouped, exact_one) or n == 16  # another rounding, not the same path
+    assert torch.equal(layer(x), exact_three)
+
+
+@needs_native
+def test_only_a_drafts_layers_take_the_grouped_path(tmp_path, isolated_cache):
+    _, path = _tiny_gguf(tmp_path, True)
+    engine = Engine.load(str(path), str(path), device="cpu")
+    assert engine.draft.info.kernels.endswith("grouped one-row path")
+    for lm, want in ((engine.target, False), (engine.draft, True)):
+        lean = getattr(lm.model, "specdec_lean")
+        layers = [m for m in lm.model.modules() if isinstance(m, NativeLinear)] + lean.joined()
+        assert layers and {m.grouped for m in layers} == {want}
+
+
+@needs_native
 def test_shapes_dtypes_and_empty_passes():
     torch.manual_seed(0)
     layer = NativeLinear.from_codes(quantize_int4(torch.randn(32, 64)), None)

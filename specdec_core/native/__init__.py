@@ -102,7 +102,8 @@ def load() -> ctypes.CDLL | None:
             i64, ptr = ctypes.c_int64, ctypes.c_void_p
             lib.q4_gemm.argtypes = [ptr, i64, i64, ptr, ptr, ptr, ptr, i64, ctypes.c_int]
             lib.q8_gemm.argtypes = [ptr, i64, i64, ptr, ptr, ptr, i64, ctypes.c_int]
-            lib.q4_gemm.restype = lib.q8_gemm.restype = None
+            lib.q4_gemv_grouped.argtypes = [ptr, i64, ptr, ptr, ptr, ptr, i64, ctypes.c_int]
+            lib.q4_gemm.restype = lib.q8_gemm.restype = lib.q4_gemv_grouped.restype = None
             _lib = lib
     return _lib
 
@@ -114,12 +115,17 @@ def unavailable() -> str | None:
 
 
 def gemm_into(x: torch.Tensor, rows: int, y: torch.Tensor, bits: int, codes: torch.Tensor,
-              scale: torch.Tensor, offset: torch.Tensor | None) -> None:
+              scale: torch.Tensor, offset: torch.Tensor | None, grouped: bool = False) -> None:
     """y[rows, N] = x[rows, K] @ W.T, float32, both contiguous (any leading shape); W from
     codes/scale/offset in qgemm.c's panel layout (native_linear.pack_*). load() must have
-    succeeded and the caller guarantees shapes and dtypes: nothing is checked here."""
+    succeeded and the caller guarantees shapes and dtypes: nothing is checked here.
+    grouped: a one-row 4-bit pass sums per group before scaling (faster, other rounding: for
+    a draft's layers only, see qgemm.c)."""
     k, n = x.shape[-1], y.shape[-1]
-    if bits == 4:
+    if grouped and rows == 1 and bits == 4:
+        _lib.q4_gemv_grouped(x.data_ptr(), k, codes.data_ptr(), scale.data_ptr(), offset.data_ptr(),
+                             y.data_ptr(), n, torch.get_num_threads())
+    elif bits == 4:
         _lib.q4_gemm(x.data_ptr(), rows, k, codes.data_ptr(), scale.data_ptr(), offset.data_ptr(),
                      y.data_ptr(), n, torch.get_num_threads())
     else:

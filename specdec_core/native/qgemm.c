@@ -214,3 +214,72 @@ void q8_gemm(const float* A, int64_t M, int64_t K, const uint8_t* codes, const f
              float* C, int64_t N, int nthreads) {
   gemm(8, A, M, K, codes, scale, NULL, C, N, nthreads);
 }
+
+/* One row, 4-bit, for a draft's layers only: the codes times x summed over each group of 32
+   first, the group's scale and offset applied once after,
+     y[n] = sum_g ( scale[g,n] * sum_{k in g} code[k,n] * x[k]  -  offset[g,n] * xsum[g] ),
+   with xsum[g] = sum_{k in g} x[k]. Per 16 weights that is a convert and an FMA instead of a
+   convert, a multiply-subtract and an FMA, and no per-row scale loads. The rounding is not the
+   exact path's, and a row's result depends on this path being taken: a draft's numbers are
+   free (the target verifies what the draft sampled from), the target's are not. */
+static inline __attribute__((always_inline)) void grouped_row(const int Q, const float* x,
+    const float* xsum, int64_t K, const uint8_t* codes, const float* scale, const float* offset,
+    int64_t cstride, int64_t sstride, float* y) {
+  __m256 acc[4][2];
+#pragma GCC unroll 4
+  for (int q = 0; q < Q; q++) acc[q][0] = acc[q][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < K / 32; g++) {
+    __m256 part[4][2];
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; q++) part[q][0] = part[q][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 32; kk++) {
+      const int64_t k = g * 32 + kk;
+      const __m256 a = _mm256_broadcast_ss(x + k);
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; q++) {
+        const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + q * cstride + k * 8)));
+        part[q][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF))), a, part[q][0]);
+        part[q][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4)), a, part[q][1]);
+      }
+    }
+    const __m256 xs = _mm256_broadcast_ss(xsum + g);
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; q++) {
+      const float* s = scale + q * sstride + g * NP;
+      const float* o = offset + q * sstride + g * NP;
+      acc[q][0] = _mm256_fnmadd_ps(_mm256_loadu_ps(o), xs, _mm256_fmadd_ps(part[q][0], _mm256_loadu_ps(s), acc[q][0]));
+      acc[q][1] = _mm256_fnmadd_ps(_mm256_loadu_ps(o + 8), xs, _mm256_fmadd_ps(part[q][1], _mm256_loadu_ps(s + 8), acc[q][1]));
+    }
+  }
+#pragma GCC unroll 4
+  for (int q = 0; q < Q; q++) {
+    _mm256_storeu_ps(y + q * NP, acc[q][0]);
+    _mm256_storeu_ps(y + q * NP + 8, acc[q][1]);
+  }
+}
+
+void q4_gemv_grouped(const float* x, int64_t K, const uint8_t* codes, const float* scale,
+                     const float* offset, float* y, int64_t N, int nthreads) {
+  const int64_t P = N / NP, PQ = (P + 3) / 4;
+  const int64_t cstride = K * 8, sstride = (K / 32) * NP;
+  float xsum[K / 32 > 0 ? K / 32 : 1];
+  for (int64_t g = 0; g < K / 32; g++) {
+    float s = 0.0f;
+    for (int kk = 0; kk < 32; kk++) s += x[g * 32 + kk];
+    xsum[g] = s;
+  }
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (int64_t pq = 0; pq < PQ; pq++) {
+    const int64_t p = pq * 4, n = P - p < 4 ? P - p : 4;
+    const uint8_t* c = codes + p * cstride;
+    const float* s = scale + p * sstride;
+    const float* o = offset + p * sstride;
+    switch (n) {
+      case 4: grouped_row(4, x, xsum, K, c, s, o, cstride, sstride, y + p * NP); break;
+      case 3: grouped_row(3, x, xsum, K, c, s, o, cstride, sstride, y + p * NP); break;
+      case 2: grouped_row(2, x, xsum, K, c, s, o, cstride, sstride, y + p * NP); break;
+      default: grouped_row(1, x, xsum, K, c, s, o, cstride, sstride, y + p * NP); break;
+    }
+  }
+}
