@@ -231,6 +231,8 @@ class SidePanel(QScrollArea):
         self.top_p.setToolTip("1 = off")
         self.seed = QSpinBox()
         self.seed.setRange(0, 2**31 - 1)
+        self.seed.setToolTip("sampling seed: repeats a sampled answer exactly with a fixed draft length; "
+                             "adaptive k follows measured speed, so a sample may differ (its distribution does not)")
         self.max_new = QSpinBox()
         self.max_new.setRange(1, 8192)
         self.max_new.setValue(256)
