@@ -39,6 +39,9 @@ def supports(model: nn.Module) -> str | None:
         return f"{rope.get('rope_type')} RoPE"
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"{cfg.hidden_act} activation"
+    dtype = next(model.parameters()).dtype
+    if dtype != torch.float32:  # the pass skips Qwen2RMSNorm's casts, which are no-ops only here
+        return f"{str(dtype).removeprefix('torch.')} weights"
     if not any(isinstance(m, NativeLinear) for m in model.modules()):
         return "no layer runs on the native kernel"
     return None

@@ -82,3 +82,4 @@ def test_it_applies_only_where_it_reproduces_the_forward(tiny):
     model = make_model(tiny.vocab, seed=0)
     model.config.model_type = "llama"
     assert supports(model) == "not a Qwen2 model"
+    assert supports(make_model(tiny.vocab, seed=0).to(torch.bfloat16)) == "bfloat16 weights"
