@@ -92,9 +92,9 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
     from .int4_linear import DENSE_FROM_ROWS, int4_available
     from .lean_forward import ATTR as LEAN_ATTR
     from .lean_forward import attach as attach_lean
-    from .native_linear import allow_grouped_rows
     from .models.loader import measure_memory
     from .native import unavailable
+    from .native_linear import allow_grouped_rows
 
     if mode == "default":
         return
