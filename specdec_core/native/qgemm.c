@@ -35,15 +35,23 @@
 #define KC 256 /* k values dequantized at a time by the buffered path (16 KB of float32) */
 #define MB 6   /* rows per register tile of the buffered path: 12 accumulators */
 
+/* The 16 4-bit codes of one panel row (8 bytes) as floats: columns 0-7, then 8-15. */
+static inline __attribute__((always_inline)) void codes4(const uint8_t* row, __m256* c0, __m256* c1) {
+  const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)row));
+  *c0 = _mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF)));
+  *c1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4));
+}
+
 /* The 16 weights of panel row k from its codes and its group's scale (and offset), as two
    vectors of 8 (columns 0-7 and 8-15). Both code paths decode through this one function, so
    they form the same weights bit for bit. */
 static inline __attribute__((always_inline)) void decode16(const int BITS, const uint8_t* codes,
     int64_t k, __m256 s0, __m256 s1, __m256 o0, __m256 o1, __m256* w0, __m256* w1) {
   if (BITS == 4) {
-    const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + k * 8)));
-    *w0 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF))), s0, o0);
-    *w1 = _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4)), s1, o1);
+    __m256 c0, c1;
+    codes4(codes + k * 8, &c0, &c1);
+    *w0 = _mm256_fmsub_ps(c0, s0, o0);
+    *w1 = _mm256_fmsub_ps(c1, s1, o1);
   } else {
     const __m128i q = _mm_loadu_si128((const __m128i*)(codes + k * 16));
     *w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s0);
@@ -238,9 +246,10 @@ static inline __attribute__((always_inline)) void grouped_row(const int Q, const
       const __m256 a = _mm256_broadcast_ss(x + k);
 #pragma GCC unroll 4
       for (int q = 0; q < Q; q++) {
-        const __m256i i = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(codes + q * cstride + k * 8)));
-        part[q][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(i, _mm256_set1_epi32(0xF))), a, part[q][0]);
-        part[q][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(i, 4)), a, part[q][1]);
+        __m256 c0, c1;
+        codes4(codes + q * cstride + k * 8, &c0, &c1);
+        part[q][0] = _mm256_fmadd_ps(c0, a, part[q][0]);
+        part[q][1] = _mm256_fmadd_ps(c1, a, part[q][1]);
       }
     }
     const __m256 xs = _mm256_broadcast_ss(xsum + g);
