@@ -90,7 +90,6 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
 
     from .cpu_kernels import onednn_bytes, use_onednn_linears
     from .int4_linear import DENSE_FROM_ROWS, int4_available
-    from .lean_forward import ATTR as LEAN_ATTR
     from .lean_forward import attach as attach_lean
     from .models.loader import measure_memory
     from .native import unavailable
@@ -134,19 +133,18 @@ def _use_cpu_kernels(lm, role: str, mode: str) -> None:
         kernels.append(f"oneDNN x{n} (float32)")
         lm.info.notes.append(f"{n} linear layers run through oneDNN (float32)")
     if native:
-        # q/k/v and gate/up joined, a positional cache, no per-module plumbing (lean_forward.py)
-        why = attach_lean(lm.model)
-        lm.info.notes.append("decoding runs a lean forward (joined q/k/v and gate/up, positional cache)"
-                             if why is None else f"decoding runs transformers' forward ({why})")
         if role == "draft":
             # one-row draft steps sum each group before scaling (qgemm.c): ~1.4-2x faster on
             # the trunk's matrices, other rounding -- which a draft may have, never a target
-            lean = getattr(lm.model, LEAN_ATTR, None)
             n = allow_grouped_rows(lm.model.modules())
-            allow_grouped_rows(lean.joined() if lean is not None else [])
             if n:
                 kernels.append("grouped one-row path")
                 lm.info.notes.append(f"{n} of the draft's 4-bit layers take the grouped one-row path")
+        # q/k/v and gate/up joined (as their parts: grouped or not), a positional cache, no
+        # per-module plumbing (lean_forward.py)
+        why = attach_lean(lm.model)
+        lm.info.notes.append("decoding runs a lean forward (joined q/k/v and gate/up, positional cache)"
+                             if why is None else f"decoding runs transformers' forward ({why})")
     lm.info.kernels = " + ".join(kernels)
     gc.collect()
     lm.info.memory_bytes = measure_memory(lm.model, "cpu", 0) + onednn_bytes(lm.model)

@@ -59,6 +59,7 @@ def _joint(layers: list[nn.Module]) -> nn.Module | None:
     if any(b is not None for b in biases):
         bias = torch.cat([b if b is not None else torch.zeros(m.out_features) for b, m in zip(biases, layers)])
     out = NativeLinear(first.bits, joint, first.in_features, sum(m.out_features for m in layers), bias)
+    out.grouped = all(m.grouped for m in layers)  # a draft's joined layer takes its parts' path
     # the originals keep views into the joint tensors: the weights exist once
     at = 0
     for m in layers:
@@ -123,10 +124,6 @@ class LeanForward:
         self.intermediate = cfg.intermediate_size
         self.scaling = self.head_dim**-0.5
         self.layers = [_Layer(layer) for layer in model.model.layers[: cfg.num_hidden_layers]]
-
-    def joined(self) -> list[nn.Module]:
-        """The joined layers this pass made (the model's own modules do not include them)."""
-        return [m for layer in self.layers for m in (layer.qkv, layer.gate_up) if m is not None]
 
     def new_cache(self) -> PositionalKV:
         return PositionalKV(len(self.layers), self.kv_heads, self.head_dim)

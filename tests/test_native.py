@@ -118,7 +118,8 @@ def test_only_a_drafts_layers_take_the_grouped_path(tmp_path, isolated_cache):
     assert engine.draft.info.kernels.endswith("grouped one-row path")
     for lm, want in ((engine.target, False), (engine.draft, True)):
         lean = getattr(lm.model, "specdec_lean")
-        layers = [m for m in lm.model.modules() if isinstance(m, NativeLinear)] + lean.joined()
+        joined = [m for layer in lean.layers for m in (layer.qkv, layer.gate_up) if m is not None]
+        layers = [m for m in lm.model.modules() if isinstance(m, NativeLinear)] + joined
         assert layers and {m.grouped for m in layers} == {want}
 
 
