@@ -55,7 +55,6 @@ def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> 
             kernels = (win.model_info.get(role) or {}).get("kernels")
             if kernels:
                 print(f"     {role} kernels: {kernels}", file=out, flush=True)
-    if state["loaded"]:
         win.side_panel.max_new.setValue(12)
         for mode, expected in (("standard", {"standard"}), ("speculative", SPECULATIVE_KINDS)):
             win.side_panel.set_mode(mode)

@@ -91,6 +91,7 @@ def read_int4_codes(path: Path | str, model: torch.nn.Module, six_bit: bool = Fa
     name_map = gguf.get_tensor_name_map(arch, model.config.get_text_config().num_hidden_layers)
     tensors = {t.name: t for t in table}
     blob = np.memmap(path, dtype=np.uint8, mode="r")
+    decoders = {**_DECODERS, **_DECODERS_6BIT} if six_bit else _DECODERS
     out: dict[str, Int4Codes] = {}
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.Linear):
@@ -98,7 +99,6 @@ def read_int4_codes(path: Path | str, model: torch.nn.Module, six_bit: bool = Fa
         base = name_map.get_name(name)
         t = tensors.get(f"{base}.weight") if base else None
         kind = gguf.GGMLQuantizationType(t.ggml_type).name if t is not None else None
-        decoders = {**_DECODERS, **_DECODERS_6BIT} if six_bit else _DECODERS
         if kind not in decoders or len(t.shape) != 2:
             continue
         decode, block_bytes = decoders[kind]
