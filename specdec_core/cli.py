@@ -75,14 +75,6 @@ def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
                    help="target quantization (default: nf4 on CUDA, none on CPU; GGUF keeps its own)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow model repos to run their own Python code (off unless you trust them)")
-    p.add_argument("--cpu-kernels", default="auto", choices=["auto", "native", "int4", "onednn", "default"],
-                   help="CPU only: auto = a GGUF's 4-bit and 6-bit layers on their own codes through "
-                        "the native kernel (built on first use; needs AVX2 and a C compiler), the "
-                        "draft requantized to 4-bit, the rest through oneDNN -- or, where the native "
-                        "kernel is unavailable, torch's int4 kernel with float32 prefill copies when "
-                        "memory allows; native = the native kernel or an error; int4 = torch's int4 "
-                        "kernel without the copies; onednn = all float32 through oneDNN; default = "
-                        "torch's own kernels")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -219,7 +211,6 @@ def load_engine(args, need_draft: bool):
         quantization=args.quantization,
         progress=progress_printer() if sys.stderr.isatty() else None,
         trust_remote_code=args.trust_remote_code,
-        cpu_kernels=args.cpu_kernels,
     )
 
 

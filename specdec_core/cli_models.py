@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 from specdec_core import models
-from specdec_core.models import cache, gguf_convert
+from specdec_core.models import cache, gguf_torch
 
 
 def add_models_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--remove-old-cache", action="store_true",
+                        help="delete the dequantized float32 copies an earlier version kept under <cache>/converted/")
 
 
 def _size(n: int) -> str:
@@ -54,6 +56,17 @@ def _machine() -> dict:
     return {"device": device, "dtype": dtype, "why": why}
 
 
+def _cpu_kernel() -> dict:
+    """Which build of the CPU backend's kernel this machine runs, or why none."""
+    from specdec_core.cpu import build
+
+    why = build.unavailable()
+    if why is not None:
+        return {"variant": None, "why": why}
+    k = build.kernel()
+    return {"variant": k.name, "path": str(k.path), "runs": [v.name for v in build.runnable()]}
+
+
 def collect() -> dict:
     hf_dir, hf_repos = hf_cache_models()
     return {
@@ -61,10 +74,9 @@ def collect() -> dict:
         "default_pair": models.default_pair_status(),
         "cache_dir": str(cache.cache_dir()),
         "cache_bytes": cache.dir_size(cache.cache_dir()) if cache.cache_dir().exists() else 0,
-        "converted": gguf_convert.converted_entries(),
-        # packed 4-bit layers for the CPU int4 kernel (specdec_core/int4_cache.py)
-        "int4": [{"path": str(f), "bytes": f.stat().st_size}
-                 for f in sorted(cache.converted_dir().glob("*-int4-*.safetensors"))],
+        # what an earlier version left: dequantized float32 copies of GGUFs (no longer read)
+        "old_converted": gguf_torch.old_conversions(),
+        "cpu_kernel": _cpu_kernel(),
         "hf_cache_dir": hf_dir,
         "hf_cache_models": hf_repos,
         "auto": _machine(),
@@ -94,18 +106,19 @@ def _print_report(r: dict, out) -> None:
             p(f"    assembled: {s['assembled_path']} ({_size(s['assembled_bytes'])}, sha256 {state})")
         else:
             p("    assembled: not yet (done on first use)")
-        if s["converted"]:
-            for c in s["converted"]:
-                p(f"    converted: {c['dtype']} at {c['path']} ({_size(c['bytes'])}) -> fast start")
-        else:
-            p("    converted: not yet (the first load dequantizes the GGUF: slow once)")
-
     p("")
     p(f"specdec cache: {r['cache_dir']} ({_size(r['cache_bytes'])}; set SPECDEC_CACHE_DIR to move it)")
-    for c in r["converted"]:
-        p(f"  converted {c.get('name', '?')} [{c['dtype']}] {_size(c['bytes'])}  from {c.get('source', '?')}")
-    for c in r["int4"]:
-        p(f"  4-bit layers {Path(c['path']).name} {_size(c['bytes'])}")
+    if r["old_converted"]:
+        total = sum(c["bytes"] for c in r["old_converted"])
+        p(f"  left by an earlier version, no longer used: {len(r['old_converted'])} dequantized float32 "
+          f"copies ({_size(total)}) -> specdec models --remove-old-cache")
+        for c in r["old_converted"]:
+            p(f"    {c['path']} ({_size(c['bytes'])})")
+    k = r["cpu_kernel"]
+    if k["variant"]:
+        p(f"CPU kernel: {k['variant']} ({k['path']}; this CPU runs {', '.join(k['runs'])})")
+    else:
+        p(f"CPU kernel: unavailable ({k['why']}); GGUF files load through transformers, dequantized")
 
     p("")
     if r["hf_cache_dir"] is None:
@@ -127,6 +140,10 @@ def _print_report(r: dict, out) -> None:
 
 def run_models(args: argparse.Namespace | None = None, out=None) -> int:
     out = out or sys.stdout
+    if getattr(args, "remove_old_cache", False):
+        freed = gguf_torch.remove_old_conversions()
+        print(f"removed the old converted cache ({_size(freed)} freed)" if freed else "no old converted cache to remove",
+              file=out)
     report = collect()
     if getattr(args, "json", False):
         json.dump(report, out, indent=2, default=str)

@@ -84,8 +84,9 @@ class Generation(EventSequence):
 class Decoder:
     """Decodes with one target model; pass a Proposer for speculative decoding, None for standard."""
 
-    def __init__(self, target: torch.nn.Module, tokenizer=None, eos_token_ids: list[int] | None = None):
-        self.target = CachedLM(target)
+    def __init__(self, target: torch.nn.Module, tokenizer=None, eos_token_ids: list[int] | None = None, lean=None):
+        """lean: the target's lean forward where it has one (see CachedLM)."""
+        self.target = CachedLM(target, lean=lean)
         self.tokenizer = tokenizer
         if eos_token_ids is None:
             eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
@@ -133,9 +134,8 @@ class Decoder:
             remaining = settings.max_new_tokens - emitted
             # 1. propose; never more than the budget can take (k accepted + 1 target token).
             # Step 0 is the target's prompt prefill alone, in both modes: the first token
-            # comes as fast as standard decoding gives it, from the same pass (a long prefill
-            # may run on other kernels than decode steps, int4_linear.DENSE_FROM_ROWS), and
-            # the draft reads the prompt in step 1.
+            # comes as fast as standard decoding gives it, from the same pass, and the draft
+            # reads the prompt in step 1.
             proposal = Proposal([])
             t_draft = time.perf_counter()
             if proposer is not None and remaining > 1 and step > 0:

@@ -4,8 +4,9 @@ The cache always holds the first `length` tokens of the sequence being decoded; 
 after a rejection is one `crop` of the tokens past the accepted prefix (transformers 5.x:
 `DynamicCache.crop` takes the negative count to remove). It remembers those tokens, so a new
 sequence that starts with them (the next turn of a chat) can keep them instead of recomputing.
-A model with a lean forward (lean_forward.attach) runs that instead, on a cache written by
-position: there a rollback is only a shorter length.
+Given a lean forward (the CPU backend's, cpu/lean.py: one kernel call per pass), it runs
+that instead of the model's forward, on a cache written by position: there a rollback is only
+a shorter length.
 """
 
 from __future__ import annotations
@@ -13,18 +14,18 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from .lean_forward import ATTR as LEAN
-
 
 class CachedLM:
-    def __init__(self, model: torch.nn.Module, vocab_size: int | None = None):
+    def __init__(self, model: torch.nn.Module, vocab_size: int | None = None, lean=None):
+        """lean: a forward with the lean protocol -- new_cache(), and (ids, start, cache,
+        logits_to_keep) -> logits -- that computes the model's logits faster; None: the model's own."""
         self.model = model
         self.device = next(model.parameters()).device
         # Rows handed out are trimmed or padded to this width, so a draft whose embedding
         # matrix is padded differently from the target's still speaks over the same ids.
         self.vocab_size = vocab_size
-        self.lean = getattr(model, LEAN, None)
-        self.cache = None  # DynamicCache, or lean_forward.PositionalKV with a lean forward
+        self.lean = lean
+        self.cache = None  # DynamicCache, or the lean forward's own cache
         self.ids: list[int] = []  # the tokens whose keys and values the cache holds
         self.forward_passes = 0
 

@@ -37,19 +37,18 @@ def _gc_in_gui_thread(request):
 
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch):
-    """Conversions and coded-layer caches of the tiny GGUFs go to a cache of their own."""
+    """Tokenizers and kernel builds of the tiny GGUFs go to a cache of their own."""
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
 @pytest.fixture
-def no_native(monkeypatch):
-    """The engine as on a machine where the native kernel cannot be built: "auto" falls back
-    to torch's int4 kernel."""
-    from specdec_core import native
+def no_kernel(monkeypatch):
+    """The app as on a machine where the CPU kernel cannot be built (no C compiler)."""
+    from specdec_core.cpu import build
 
-    monkeypatch.setattr(native, "_lib", None)
-    monkeypatch.setattr(native, "_why", "off for this test")
+    monkeypatch.setattr(build, "_chosen", None)
+    monkeypatch.setattr(build, "_why_not", "off for this test")
 
 
 @pytest.fixture(scope="session")

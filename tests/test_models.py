@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import WORDS, make_model, make_tokenizer, save_gguf, save_pair  # noqa: E402
 
 from specdec_core import models  # noqa: E402
+from specdec_core.cpu import build  # noqa: E402
 from specdec_core.models import (  # noqa: E402
     LoadedModel,
     ModelError,
@@ -108,41 +109,49 @@ def test_progress_is_called(tmp_path):
 # ---------------------------------------------------------------- GGUF
 
 
-def test_load_gguf_matches_source_and_caches_conversion(tmp_path, isolated_cache):
+def test_load_gguf_runs_on_its_blocks_and_caches_only_the_tokenizer(tmp_path, isolated_cache):
     tok = make_tokenizer()
     source = make_model(len(tok), seed=0)
     path = save_gguf(tmp_path / "tiny.gguf", source, tok)
 
-    calls = []
-    first = load_model(str(path), device="cpu", progress=lambda m, f: calls.append((m, f)))
-    dequant = [f for m, f in calls if m.startswith("dequantizing") and f is not None]
-    assert dequant and dequant[-1] == 1.0 and dequant == sorted(dequant)  # a real fraction for the GUI
-    assert first.info.quantization == "gguf-dequantized(F32)"
+    first = load_model(str(path), device="cpu")
+    assert first.info.quantization == "gguf(F32)"
     assert first.tokenizer.get_vocab() == tok.get_vocab()
     assert first.eos_token_ids == [0, 2]  # <|im_end|> from the file + <|endoftext|> by name
-    assert torch.equal(logits(first, tok), logits(source, tok))
-    assert any("dequantized" in n for n in first.info.notes)
-
-    converted = list((isolated_cache / "converted").iterdir())
-    assert len(converted) == 1 and (converted[0] / "complete.json").is_file()
+    # F32 blocks take float activations: only the summation order differs from torch's matmul
+    ours, ref = logits(first, tok), logits(source, tok)
+    assert (ours - ref).abs().max() <= 1e-4 * ref.abs().max()
+    assert first.lean is not None and "lean forward" in first.info.kernels
+    assert any("own blocks" in n for n in first.info.notes)
+    # nothing but the tokenizer lands in the cache: no converted copy of the weights
+    cached = sorted(p.relative_to(isolated_cache).parts[0] for p in isolated_cache.rglob("*") if p.is_file())
+    assert set(cached) <= {"tokenizers", "cpu"} and "tokenizers" in cached
+    assert not (isolated_cache / "converted").exists()
 
     second = load_model(str(path), device="cpu")
-    assert any("converted cache" in n for n in second.info.notes)
-    assert second.info.quantization == first.info.quantization
     assert second.eos_token_ids == first.eos_token_ids
-    assert second.tokenizer.get_vocab() == first.tokenizer.get_vocab()
     text = "the cat sat on a mat . is it done"
     assert second.tokenizer(text)["input_ids"] == first.tokenizer(text)["input_ids"]
-    assert torch.equal(logits(second, tok), logits(first, tok))
+    assert torch.equal(logits(second, tok), ours)
     check_compatible(first, second)
+
+
+def test_without_the_cpu_kernel_a_gguf_loads_through_transformers(tmp_path, no_kernel):
+    tok = make_tokenizer()
+    source = make_model(len(tok), seed=0)
+    path = save_gguf(tmp_path / "tiny.gguf", source, tok)
+    lm = load_model(str(path), device="cpu")
+    assert lm.info.quantization == "gguf-dequantized(F32)" and lm.lean is None
+    assert any("CPU kernel unavailable (off for this test)" in n for n in lm.info.notes)
+    assert torch.equal(logits(lm, tok), logits(source, tok))  # the dequantized float model itself
 
 
 def test_load_quantized_gguf_reports_its_quantization(tmp_path):
     tok = make_tokenizer()
     path = save_gguf(tmp_path / "tiny-q8.gguf", make_model(len(tok), seed=0), tok, quantized=True)
     lm = load_model(str(path), device="cpu")
-    assert lm.info.quantization == "gguf-dequantized(Q8_0)"
-    assert lm.info.dtype == "float32"
+    assert lm.info.quantization == "gguf(Q8_0)"
+    assert lm.info.kernels.startswith(build.kernel().name + " kernel: Q8_0 x")
 
 
 def test_truncated_gguf_is_refused(tmp_path):
@@ -310,12 +319,12 @@ def test_load_default_pair_from_fake_parts(fake_embedded, isolated_cache):
     _, _, tok = fake_embedded
     target, draft = models.load_default_pair(device="cpu")
     assert target.info.source == "default:target" and draft.info.source == "default:draft"
-    assert target.info.quantization == "gguf-dequantized(F32)"
+    assert target.info.quantization == "gguf(F32)"
     assert target.tokenizer.get_vocab() == tok.get_vocab()
-    # Second start: straight from the converted cache, even with the assembled GGUF gone.
-    (isolated_cache / "gguf" / "tiny-fake.gguf").unlink()
+    # Second start: the tokenizer from the cache, keyed by the file's sha256.
+    tokenizers = list((isolated_cache / "tokenizers").iterdir())
+    assert [t.name for t in tokenizers] == [default_pair.EMBEDDED["target"].sha256[:16]]
     again = load_model("default", role="target", device="cpu")
-    assert any("converted cache" in n for n in again.info.notes)
     assert torch.equal(logits(again, tok), logits(target, tok))
 
 
@@ -394,7 +403,7 @@ def test_hub_gguf_file_uses_local_cache_first(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_hf_hub_download)
     lm = load_model("someone/tiny-GGUF/tiny.gguf", device="cpu")
     assert calls == [("someone/tiny-GGUF", "tiny.gguf", True)]
-    assert lm.info.quantization == "gguf-dequantized(F32)"
+    assert lm.info.quantization == "gguf(F32)"
 
 
 def test_hub_connection_error_is_offline_message(monkeypatch):
@@ -488,10 +497,9 @@ def test_import_is_light():
 
 @pytest.mark.slow
 def test_real_embedded_pair(monkeypatch):
-    """Loads both embedded models (minutes on CPU the first time), checks hashes and compatibility.
+    """Loads both embedded models, checks hashes and compatibility.
 
-    Uses the real user cache (not the tmp one), so the assembled and converted files are
-    reused across runs.
+    Uses the real user cache (not the tmp one), so the assembled files are reused across runs.
     """
     monkeypatch.delenv("SPECDEC_CACHE_DIR", raising=False)
     target, draft = models.load_default_pair(device="cpu")
@@ -501,7 +509,7 @@ def test_real_embedded_pair(monkeypatch):
         if path.is_file():
             assert path.stat().st_size == em.size
             assert default_pair.sha256_file(path) == em.sha256
-        assert lm.info.quantization == "gguf-dequantized(Q4_K_M)"
+        assert lm.info.quantization == "gguf(Q4_K_M)" and lm.lean is not None
         assert 151643 in lm.eos_token_ids and 151645 in lm.eos_token_ids
     assert len(target.tokenizer) == len(draft.tokenizer) == 151936
 
@@ -519,15 +527,21 @@ def test_run_models_report(fake_embedded, tmp_path):
     default_pair.ensure_assembled(fake_embedded[0])
     from specdec_core.models import cache as cache_mod
 
-    cache_mod.converted_dir().mkdir(parents=True, exist_ok=True)
-    (cache_mod.converted_dir() / "0123456789abcdef-int4-exact-torch2.x.safetensors").write_bytes(b"x" * 2048)
+    old = cache_mod.converted_dir() / "0123456789abcdef-float32"  # what an earlier version left
+    old.mkdir(parents=True)
+    (old / "model.safetensors").write_bytes(b"x" * 2048)
     out = io.StringIO()
     assert run_models(types.SimpleNamespace(json=False), out=out) == 0
     text = out.getvalue()
     for needle in ("Presets", "cpu-default", "gpu-7b", "Embedded default pair", "sha256 verified",
-                   "specdec cache", "Hugging Face cache", "auto device",
-                   "4-bit layers 0123456789abcdef-int4-exact-torch2.x.safetensors"):
+                   "specdec cache", "Hugging Face cache", "auto device", "CPU kernel: ",
+                   "left by an earlier version, no longer used: 1 dequantized float32 copies (2.00 KiB)",
+                   "--remove-old-cache"):
         assert needle in text, needle
+    out = io.StringIO()
+    assert run_models(types.SimpleNamespace(json=False, remove_old_cache=True), out=out) == 0
+    assert "removed the old converted cache (2.00 KiB freed)" in out.getvalue()
+    assert not cache_mod.converted_dir().exists() and "left by an earlier version" not in out.getvalue()
     out = io.StringIO()
     run_models(types.SimpleNamespace(json=True), out=out)
     report = json.loads(out.getvalue())

@@ -162,7 +162,7 @@ def save_pair(tmp_path: Path | str) -> tuple[Path, Path]:
 def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast,
               quantized: bool = False, quant_type: str = "Q8_0",
               overrides: dict | None = None) -> Path:
-    """Write `model` + `tokenizer` as a llama.cpp-style GGUF (arch qwen2, gpt2 tokenizer).
+    """Write `model` + `tokenizer` as a llama.cpp-style GGUF (arch qwen2 or llama, gpt2 tokenizer).
 
     quantized=False: every tensor F32, so loading it back gives the same logits as `model`.
     quantized=True: the 2-D weight matrices as `quant_type` (Q8_0 or Q4_0: blocks of 32 along
@@ -176,8 +176,8 @@ def save_gguf(path: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTrainedTo
 
     path = Path(path)
     cfg = model.config
-    w = gguf.GGUFWriter(str(path), "qwen2")
-    w.add_name("tiny-qwen2")
+    w = gguf.GGUFWriter(str(path), cfg.model_type)  # "qwen2" or "llama"
+    w.add_name(f"tiny-{cfg.model_type}")
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_block_count(cfg.num_hidden_layers)

@@ -62,8 +62,6 @@ def command_line(args) -> str:
         parts += ["--top-k", str(args.top_k), "--top-p", f"{args.top_p:g}", "--seed", str(args.seed)]
     parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens),
               "--baseline", args.baseline, "--device", args.device, "--dtype", args.dtype]
-    if args.cpu_kernels != "auto":
-        parts += ["--cpu-kernels", args.cpu_kernels]
     if args.quantization:
         parts += ["--quantization", args.quantization]
     parts += ["--out", args.out]

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-APP_NAME = "specdec-chat"
-ENV_CACHE_DIR = "SPECDEC_CACHE_DIR"  # overrides the platform default; the tests point it at tmp
-
-
-def cache_dir() -> Path:
-    """The user cache dir (platformdirs), or $SPECDEC_CACHE_DIR when set. Not created here."""
-    override = os.environ.get(ENV_CACHE_DIR)
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+from ..paths import APP_NAME, ENV_CACHE_DIR, cache_dir  # noqa: F401 -- re-exported for the models layer
 
 
 def gguf_dir() -> Path:
@@ -38,6 +26,7 @@ def dir_size(path: Path) -> int:
 
 def remove_stale_partials(directory: Path) -> None:
     """Delete `*.partial-<pid>` left by a writer that died (a half conversion is GBs)."""
+    import os
     import shutil
 
     import psutil

@@ -219,9 +219,7 @@ def ensure_assembled(model: EmbeddedModel, progress: Progress | None = None) -> 
 
 
 def status(role: str) -> dict:
-    """Where the embedded model for `role` stands: installed parts, assembled file, conversions."""
-    from .gguf_convert import converted_entries  # local: keeps this module light
-
+    """Where the embedded model for `role` stands: installed parts, assembled file."""
     model = embedded(role)
     found = [find_part(p) for p in model.parts]
     missing = [p.distribution for p, f in zip(model.parts, found) if f is None]
@@ -239,5 +237,4 @@ def status(role: str) -> dict:
         "assembled_path": str(path),
         "assembled_bytes": path.stat().st_size if assembled else 0,
         "verified": assembled and _stamp_ok(path, model),
-        "converted": converted_entries(model.sha256),
     }

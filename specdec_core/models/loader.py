@@ -8,7 +8,7 @@ from pathlib import Path
 from . import default_pair, hub
 from .device import bnb_config, resolve_device, resolve_dtype, resolve_quantization, torch_dtype
 from .errors import ModelError
-from .gguf_convert import converted_path, load_gguf, read_marker
+from .gguf import load_gguf
 from .spec import Spec, parse_spec
 from .types import LoadedModel, ModelInfo, Progress
 
@@ -90,26 +90,23 @@ def _load_folder(folder: Path, label: str, *, device: str, dtype: str, quantizat
 
 
 def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str | None,
-              trust_remote_code: bool, allow_pickle: bool, progress: Progress | None):
-    """(model, tokenizer, name, source, quantization label, notes, GGUF file or None)."""
+              trust_remote_code: bool, allow_pickle: bool, progress: Progress | None) -> dict:
+    """What load_model needs: model, tokenizer, name, source, quant, notes, and for a GGUF
+    its path, kernels line, lean forward and the bytes it reads."""
     if sp.kind in ("default", "gguf", "hub-gguf"):
         resolve_quantization(quantization, role=role, device=device, is_gguf=True)  # refuses nf4/int8
+        key = None
         if sp.kind == "default":
             em = default_pair.embedded(role)
-            # With a complete conversion for this sha256 the GGUF need not be assembled or read.
-            if read_marker(converted_path(em.sha256, dtype)) is None:
-                path = default_pair.ensure_assembled(em, progress)
-            else:
-                path = default_pair.assembled_path(em)
-            model, tok, quant, notes = load_gguf(path, dtype=dtype, device=device, key=em.sha256, progress=progress)
-            # the file itself only matters for its 4-bit codes (int4 CPU kernels), if still there
-            return model, tok, em.name, f"default:{role}", quant, notes, (path if path.is_file() else None)
-        if sp.kind == "gguf":
-            path = sp.path
+            path, name, source, key = default_pair.ensure_assembled(em, progress), em.name, f"default:{role}", em.sha256
+        elif sp.kind == "gguf":
+            path, name, source = Path(sp.path), Path(sp.path).stem, sp.value
         else:
             path = hub.gguf_file(sp.repo_id, sp.filename, progress=progress)
-        model, tok, quant, notes = load_gguf(path, dtype=dtype, device=device, key=None, progress=progress)
-        return model, tok, Path(path).stem, sp.value, quant, notes, Path(path)
+            name, source = Path(path).stem, sp.value
+        g = load_gguf(Path(path), device=device, dtype=dtype, key=key, progress=progress)
+        return dict(model=g.model, tokenizer=g.tokenizer, name=name, source=source, quant=g.quantization,
+                    notes=g.notes, gguf_path=Path(path), kernels=g.kernels, lean=g.lean, memory=g.memory_bytes)
 
     quant = resolve_quantization(quantization, role=role, device=device, is_gguf=False)
     if sp.kind == "hub":
@@ -120,7 +117,7 @@ def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str
         name = sp.path.resolve().name
     model, tok = _load_folder(folder, sp.value, device=device, dtype=dtype, quantization=quant,
                               trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress)
-    return model, tok, name, sp.value, quant, [], None
+    return dict(model=model, tokenizer=tok, name=name, source=sp.value, quant=quant, notes=[])
 
 
 def _translate(e: BaseException, spec: str, device: str) -> ModelError:
@@ -160,7 +157,8 @@ def _eos_ids(model, tokenizer) -> list[int]:
 def _device_and_notes(model) -> tuple[str, list[str]]:
     """A device string load_model accepts again (engine.py loads the draft on the target's
     device): where the input embeddings live, plus a note when accelerate spread the model."""
-    device = str(model.get_input_embeddings().weight.device)
+    weight = getattr(model.get_input_embeddings(), "weight", None)  # a GGUF embedding holds blocks, no weight
+    device = str(weight.device if weight is not None else next(model.parameters()).device)
     device_map = getattr(model, "hf_device_map", None) or {}
     places = sorted(set(map(str, device_map.values())))
     notes = [f"spread over {', '.join(places)} by accelerate device_map"] if len(places) > 1 else []
@@ -190,29 +188,30 @@ def load_model(
     sp = parse_spec(spec)
     rss_before, gpu_before = _rss(), _gpu_allocated(device)
     try:
-        model, tokenizer, name, source, quant, notes, gguf_path = _load_any(
-            sp, role, device=device, dtype=dtype, quantization=quantization,
-            trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress,
-        )
+        got = _load_any(sp, role, device=device, dtype=dtype, quantization=quantization,
+                        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress)
     except ModelError:
         raise
     except Exception as e:  # noqa: BLE001 -- every other failure (MemoryError included) becomes one line
         raise _translate(e, spec, device) from e
+    model, tokenizer, quant = got["model"], got["tokenizer"], got["quant"]
     model.eval()
     device_label, map_notes = _device_and_notes(model)
-    notes = list(notes) + map_notes + [f"process RSS grew by {(_rss() - rss_before) / 2**30:.2f} GiB"]
+    notes = list(got["notes"]) + map_notes + [f"process RSS grew by {(_rss() - rss_before) / 2**30:.2f} GiB"]
+    memory = got.get("memory")
     info = ModelInfo(
-        name=name,
-        source=source,
+        name=got["name"],
+        source=got["source"],
         # bitsandbytes packs weights into uint8; the meaningful dtype is the compute dtype.
         dtype=dtype if quant in ("nf4", "int8") else str(next(model.parameters()).dtype).removeprefix("torch."),
         quantization=quant,
         device=device_label,
-        memory_bytes=measure_memory(model, device, gpu_before),
+        memory_bytes=memory if memory is not None else measure_memory(model, device, gpu_before),
         load_seconds=time.perf_counter() - start,
         notes=notes,
+        kernels=got.get("kernels", ""),
     )
     if progress:
-        progress(f"loaded {name}", 1.0)
+        progress(f"loaded {got['name']}", 1.0)
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, eos_token_ids=_eos_ids(model, tokenizer),
-                       gguf_path=gguf_path)
+                       gguf_path=got.get("gguf_path"), lean=got.get("lean"))

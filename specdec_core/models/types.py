@@ -20,12 +20,12 @@ class ModelInfo:
     name: str  # short human name, e.g. "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)"
     source: str  # "default:target", a folder or .gguf path, or a hub id
     dtype: str  # torch dtype of the weights, e.g. "float32"
-    quantization: str  # "nf4" | "int8" | "none" | "gguf-dequantized(Q4_K_M)"
+    quantization: str  # "nf4" | "int8" | "none" | "gguf(Q4_K_M)" (own blocks) | "gguf-dequantized(Q4_K_M)"
     device: str  # "cpu" | "cuda" | "cuda:0" | "mps" | "auto(device_map)"
-    memory_bytes: int  # parameters + buffers of this model (see loader.measure_memory)
+    memory_bytes: int  # parameters + buffers, or for a GGUF on the CPU kernel the bytes it reads in place
     load_seconds: float
-    notes: list[str] = field(default_factory=list)  # e.g. "loaded from converted cache"
-    kernels: str = ""  # CPU matmul kernels in use, e.g. "int4 x168 (GGUF codes) + oneDNN x29"
+    notes: list[str] = field(default_factory=list)  # what ran where, fallbacks and why, load times
+    kernels: str = ""  # CPU kernel in use, e.g. "avx2 kernel: Q4_K x169, Q6_K x29 (GGUF blocks, ...) + lean forward"
 
     def summary(self) -> str:
         """One line for logs and the CLI."""
@@ -44,5 +44,7 @@ class LoadedModel:
     # Every id that ends generation: generation_config.eos_token_id (a list for Qwen2.5-Instruct:
     # <|im_end|> and <|endoftext|>) plus tokenizer.eos_token_id. Sorted, no duplicates.
     eos_token_ids: list[int]
-    # The GGUF the weights came from, when there is one: its 4-bit codes feed the int4 CPU kernels.
+    # The GGUF the weights came from, when there is one.
     gguf_path: Path | None = None
+    # The CPU backend's lean forward (cpu/lean.py) where it applies: CachedLM decodes through it.
+    lean: object | None = None

@@ -13,10 +13,10 @@ class DraftModelProposer:
     name = "draft"
     stops_on_confidence = True
 
-    def __init__(self, model: torch.nn.Module, target_vocab_size: int):
+    def __init__(self, model: torch.nn.Module, target_vocab_size: int, lean=None):
         # q_draft must live on the target's ids: trim/pad the draft's head to that width
         # *before* warping, so what we sample from is exactly the q we report.
-        self.lm = CachedLM(model, vocab_size=target_vocab_size)
+        self.lm = CachedLM(model, vocab_size=target_vocab_size, lean=lean)
 
     def reset(self, keep: list[int] | None = None) -> None:
         if keep is None:

@@ -1,0 +1,238 @@
+"""Building the kernel (kernels/*.c) for each instruction set, and loading the one this CPU runs.
+
+Why C through ctypes: one forward pass is one call (no Python per layer), the integer dot
+products need intrinsics no library in the dependency set offers for GGUF blocks, and a plain
+C library compiles in seconds with the system's compiler where a torch extension takes a
+minute and torch's headers. ctypes releases the GIL during a call.
+
+One source, several builds (the "variants"), best first; the first whose CPU features this
+machine has is used:
+    avx512vnni  AVX512-F/BW/VL + VNNI (Intel Ice Lake and later, AMD Zen 4 and later)
+    avxvnni     AVX2 + AVX-VNNI (Intel Alder Lake and later)
+    avx2        AVX2 + F16C (x86-64 since 2013)
+    neon-dotprod  AArch64 with ARMv8.2's sdot (Apple Silicon, recent ARM servers)
+    neon        AArch64
+    portable    plain C, any CPU: the reference the others are tested against, bit for bit
+All compute the same numbers (kernels/sdcpu.h says why). $SPECDEC_CPU_KERNEL picks one by
+name ("off": no kernel, torch's path).
+
+Where a library comes from, first found wins: beside this file in kernels/lib/ (the
+installers build them ahead: users need no compiler), else the user cache's cpu/ folder, built
+there on first use (about 2 s a variant). A file's name carries a hash of the sources and
+flags, so an edited kernel is rebuilt, never reused stale.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNELS = Path(__file__).with_name("kernels")
+SOURCES = ("quants.c", "forward.c", "features.c")
+HEADERS = ("sdcpu.h", "prep.h", "dot_portable.h", "dot_x86.h", "dot_neon.h")
+SHIPPED = KERNELS / "lib"
+ENV = "SPECDEC_CPU_KERNEL"
+
+# -ffp-contract=off: no fused multiply-add the source did not write (every build must round
+# alike); -fvisibility=hidden: only the SD_EXPORT entry points leave the library
+CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-Werror=implicit-function-declaration"]
+COMMON = CFLAGS + ["-fPIC", "-shared", "-fvisibility=hidden"]
+
+# cpu feature bits, as features.c reports them
+AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL, AVX512VNNI, AVXVNNI, NEON, DOTPROD = (1 << i for i in range(10))
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    arch: str  # "x86_64", "aarch64" or "any"
+    flags: tuple[str, ...]
+    needs: int  # feature bits
+
+    def runs_on(self, arch: str, features: int) -> bool:
+        return (self.arch in ("any", arch)) and (features & self.needs) == self.needs
+
+
+VARIANTS = (
+    Variant("avx512vnni", "x86_64",
+            ("-mavx2", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-DSD_VNNI=1"),
+            AVX2 | F16C | AVX512F | AVX512BW | AVX512VL | AVX512VNNI),
+    Variant("avxvnni", "x86_64", ("-mavx2", "-mf16c", "-mavxvnni", "-DSD_VNNI=2"), AVX2 | F16C | AVXVNNI),
+    Variant("avx2", "x86_64", ("-mavx2", "-mf16c"), AVX2 | F16C),
+    Variant("neon-dotprod", "aarch64", ("-march=armv8.2-a+dotprod",), NEON | DOTPROD),
+    Variant("neon", "aarch64", (), NEON),
+    Variant("portable", "any", (), 0),
+)
+BY_NAME = {v.name: v for v in VARIANTS}
+# the tests' builds of the VNNI paths for CPUs without VNNI: vpdpbusd through SIMDe's emulation
+# (the only instruction those paths add to avx2's), so its use is checked bit for bit here too
+EMULATED = (
+    Variant("avx512vnni-simde", "x86_64", ("-mavx2", "-mf16c", "-DSD_VNNI=1", "-DSD_SIMDE_VNNI"), AVX2 | F16C),
+    Variant("avxvnni-simde", "x86_64", ("-mavx2", "-mf16c", "-DSD_VNNI=2", "-DSD_SIMDE_VNNI"), AVX2 | F16C),
+)
+
+
+class KernelUnavailable(RuntimeError):
+    """No kernel library for this machine; the message says why in one line."""
+
+
+def machine_arch() -> str:
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def compiler() -> list[str] | None:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    return shlex.split(cc) if cc else None  # CC may carry flags of its own, e.g. "gcc -m64"
+
+
+def _openmp_flags(cc: list[str]) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) for OpenMP. Apple's clang has no -fopenmp of its own: it
+    takes torch's libomp (the runtime torch runs on, so both share one thread pool)."""
+    if sys.platform != "darwin":
+        return ["-fopenmp"], []
+    import torch
+
+    lib = Path(torch.__file__).parent / "lib"
+    inc = Path(torch.__file__).parent / "include"
+    if (lib / "libomp.dylib").is_file() and (inc / "omp.h").is_file():
+        return ["-Xpreprocessor", "-fopenmp", f"-I{inc}"], [f"-L{lib}", "-lomp", f"-Wl,-rpath,{lib}"]
+    return [], []  # no OpenMP runtime to link: one thread (build_report says so)
+
+
+def library_name(variant: Variant) -> str:
+    h = hashlib.sha256()
+    for name in SOURCES + HEADERS:
+        h.update((KERNELS / name).read_bytes())
+    h.update(" ".join(COMMON + list(variant.flags)).encode())
+    suffix = ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" else ".so"
+    return f"sdcpu-{variant.name}-{h.hexdigest()[:12]}{suffix}"
+
+
+def build(variant: Variant, dest: Path, cc: list[str] | None = None) -> Path:
+    """Compile one variant into dest/<library_name>; RuntimeError with the compiler's last
+    line on failure. Written under a temporary name first: never a half-written library."""
+    cc = cc or compiler()
+    if not cc:
+        raise RuntimeError("no C compiler found (install gcc or clang, or set CC)")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / library_name(variant)
+    tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")
+    omp_c, omp_l = _openmp_flags(cc)
+    cmd = [*cc, *COMMON, *variant.flags, *omp_c, *(str(KERNELS / s) for s in SOURCES), "-o", str(tmp), "-lm", *omp_l]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        last = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise RuntimeError(f"{Path(cc[0]).name} failed for the {variant.name} kernel: {last}")
+    os.replace(tmp, out)
+    return out
+
+
+def find_or_build(variant: Variant) -> Path:
+    name = library_name(variant)
+    if (SHIPPED / name).is_file():
+        return SHIPPED / name
+    from ..paths import cache_dir
+
+    cached = cache_dir() / "cpu" / name
+    return cached if cached.is_file() else build(variant, cached.parent)
+
+
+_I64, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    lib.sd_isa.restype = lib.sd_cpu_features.restype = _INT
+    lib.sd_isa.argtypes = lib.sd_cpu_features.argtypes = []
+    lib.sd_type_supported.argtypes, lib.sd_type_supported.restype = [_INT], _INT
+    lib.sd_dequantize.argtypes = [_INT, _P, _I64, _P, _I64, _I64, _P]
+    lib.sd_dequantize.restype = None
+    lib.sd_quantize_act.argtypes = [_P, _I64, _I64, _INT, _P, _P, _P]
+    lib.sd_quantize_act.restype = None
+    lib.sd_matmul.argtypes = [_P, _I64, _I64, _INT, _P, _I64, _I64, _P, _P, _I64, _INT]
+    lib.sd_matmul.restype = _INT
+    lib.sd_forward.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _P, _I64, _INT]
+    lib.sd_forward.restype = _INT
+    lib.sd_exp.argtypes, lib.sd_exp.restype = [_P, _I64], None
+    return lib
+
+
+@dataclass
+class Kernel:
+    """A loaded kernel library and which variant it is."""
+
+    lib: ctypes.CDLL
+    variant: Variant
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+
+def load_variant(variant: Variant) -> Kernel:
+    """Build (if needed) and load one variant; the caller makes sure this CPU runs it."""
+    path = find_or_build(variant)
+    return Kernel(_declare(ctypes.CDLL(str(path))), variant, path)
+
+
+def cpu_features() -> int:
+    """This CPU's feature bits, as the portable build's cpuid probe reports them."""
+    return load_variant(BY_NAME["portable"]).lib.sd_cpu_features()
+
+
+def runnable(features: int | None = None) -> list[Variant]:
+    """The variants this machine runs, best first (portable last)."""
+    features = cpu_features() if features is None else features
+    arch = machine_arch()
+    return [v for v in VARIANTS if v.runs_on(arch, features)]
+
+
+_chosen: Kernel | None = None
+_why_not: str | None = None
+
+
+def kernel() -> Kernel:
+    """The kernel for this machine (loaded once per process); KernelUnavailable says why not."""
+    global _chosen, _why_not
+    if _chosen is not None:
+        return _chosen
+    if _why_not is not None:
+        raise KernelUnavailable(_why_not)
+    asked = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    try:
+        if asked == "off":
+            raise KernelUnavailable(f"turned off by {ENV}=off")
+        if asked != "auto" and asked not in BY_NAME:
+            raise KernelUnavailable(f"{ENV}={asked!r} names no kernel; use auto, off or one of {', '.join(BY_NAME)}")
+        choices = runnable()
+        if asked != "auto":
+            if BY_NAME[asked] not in choices:
+                raise KernelUnavailable(f"{ENV}={asked}: this CPU cannot run it (it runs {', '.join(v.name for v in choices)})")
+            choices = [BY_NAME[asked]]
+        _chosen = load_variant(choices[0])
+        return _chosen
+    except KernelUnavailable as e:
+        _why_not = str(e)
+        raise
+    except (OSError, RuntimeError) as e:
+        _why_not = f"could not build or load the CPU kernel: {e}"
+        raise KernelUnavailable(_why_not) from None
+
+
+def unavailable() -> str | None:
+    """None when the kernel loads, else a one-line reason (the app shows it)."""
+    try:
+        kernel()
+    except KernelUnavailable as e:
+        return str(e)
+    return None

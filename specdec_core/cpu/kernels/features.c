@@ -1,0 +1,90 @@
+/* What this build was compiled for, and what the CPU it runs on can do (build.py picks the
+   build from the second; the portable build is always safe to ask). */
+#include "sdcpu.h"
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#define SD_ON_X86 1
+#if defined(_MSC_VER)
+#include <intrin.h>
+#else
+#include <cpuid.h>
+#endif
+#elif defined(__aarch64__) || defined(_M_ARM64)
+#define SD_ON_ARM 1
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+#endif
+
+SD_EXPORT int sd_isa(void) {
+#if SD_VNNI == 1
+  return SD_ISA_AVX512VNNI;
+#elif SD_VNNI == 2
+  return SD_ISA_AVXVNNI;
+#elif defined(__AVX2__)
+  return SD_ISA_AVX2;
+#elif defined(__ARM_NEON)
+  return SD_ISA_NEON;
+#else
+  return SD_ISA_PORTABLE;
+#endif
+}
+
+#if SD_ON_X86
+static void cpuid(int leaf, int sub, unsigned r[4]) {
+#if defined(_MSC_VER)
+  int v[4];
+  __cpuidex(v, leaf, sub);
+  for (int i = 0; i < 4; i++) r[i] = (unsigned)v[i];
+#else
+  __cpuid_count(leaf, sub, r[0], r[1], r[2], r[3]);
+#endif
+}
+
+static unsigned long long xgetbv0(void) {
+#if defined(_MSC_VER)
+  return _xgetbv(0);
+#else
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((unsigned long long)hi << 32) | lo;
+#endif
+}
+#endif
+
+SD_EXPORT int sd_cpu_features(void) {
+  int f = 0;
+#if SD_ON_X86
+  unsigned r[4];
+  cpuid(0, 0, r);
+  const unsigned max_leaf = r[0];
+  cpuid(1, 0, r);
+  const int osxsave = (r[2] >> 27) & 1;
+  if (!osxsave) return 0;
+  const unsigned long long xcr0 = xgetbv0();
+  const int ymm_ok = (xcr0 & 6) == 6, zmm_ok = (xcr0 & 0xE6) == 0xE6;
+  if (ymm_ok && ((r[2] >> 12) & 1)) f |= SD_CPU_FMA;
+  if (ymm_ok && ((r[2] >> 29) & 1)) f |= SD_CPU_F16C;
+  if (max_leaf >= 7) {
+    cpuid(7, 0, r);
+    if (ymm_ok && ((r[1] >> 5) & 1)) f |= SD_CPU_AVX2;
+    if (zmm_ok && ((r[1] >> 16) & 1)) f |= SD_CPU_AVX512F;
+    if (zmm_ok && ((r[1] >> 30) & 1)) f |= SD_CPU_AVX512BW;
+    if (zmm_ok && ((r[1] >> 31) & 1)) f |= SD_CPU_AVX512VL;
+    if (zmm_ok && ((r[2] >> 11) & 1)) f |= SD_CPU_AVX512VNNI;
+    cpuid(7, 1, r);
+    if (ymm_ok && ((r[0] >> 4) & 1)) f |= SD_CPU_AVXVNNI;
+  }
+#elif SD_ON_ARM
+  f |= SD_CPU_NEON;
+#if defined(__linux__)
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) f |= SD_CPU_DOTPROD;
+#elif defined(__APPLE__)
+  f |= SD_CPU_DOTPROD; /* every Apple Silicon core has it */
+#endif
+#endif
+  return f;
+}

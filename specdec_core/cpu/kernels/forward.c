@@ -1,0 +1,289 @@
+/* The forward pass of the llama family (llama, mistral, qwen2, qwen3) on GGUF weights.
+
+   One call per pass, so a decode step costs no Python per layer. Every row's numbers are its
+   own: norms, RoPE, attention and the MLP's elementwise work go row by row (attention over the
+   positions up to that row's), and the matmuls are batch-invariant (quants.c). So a token's
+   logits do not depend on how many tokens share the pass, which is what keeps greedy
+   speculative decoding equal to standard decoding; a long prompt is cut into chunks of CHUNK
+   rows for the same reason at no cost to exactness.
+
+   Float order, as in sdcpu.h: RMSNorm  r = 1 / sqrt(tree8(x*x) / n + eps),  y = w * (x * r);
+   attention  s_j = tree8(q . k_j) * scale,  p_j = e^(s_j - max),  out = (sum_j p_j v_j) / tree8(p)
+   with the v-sum taken over j in order;  SiLU  g / (1 + e^-g), times up. */
+#include "sdcpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX2__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#endif
+
+#define CHUNK 64
+
+typedef struct {
+  sd_act a256, a32;
+  float *x, *h, *q, *k, *v, *att, *g, *u, *tmp, *scores, *cs, *sn;
+} work;
+
+static void* xmalloc(size_t n, int* fail) {
+  void* p = malloc(n ? n : 1);
+  if (!p) *fail = 1;
+  return p;
+}
+
+static void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, float* y) {
+  const float r = 1.0f / sqrtf(sd_tree8_sumsq(x, n) / (float)n + eps);
+  for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+}
+
+/* y_i[T][rows_i] = x[T][K] @ W_i.T for matrices sharing one input: it is quantized once per
+   activation format, and the threads split the concatenated output rows */
+static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, const float* x, int64_t T, int64_t K,
+                         work* wk, int nt) {
+  int need256 = 0, need32 = 0;
+  int64_t N = 0;
+  for (int i = 0; i < nw; i++) {
+    need256 |= sd_act_blk(ws[i]->type) == QKK;
+    need32 |= sd_act_blk(ws[i]->type) == QK;
+    N += ws[i]->rows;
+  }
+  wk->a256.K = wk->a32.K = K;
+#pragma omp parallel num_threads(nt)
+  {
+#ifdef _OPENMP
+    const int t = omp_get_thread_num(), TT = omp_get_num_threads();
+#else
+    const int t = 0, TT = 1;
+#endif
+    const int64_t r0 = T * t / TT, r1 = T * (t + 1) / TT;
+    if (need256) sd_quantize_rows(x + r0 * K, r1 - r0, K, QKK, &wk->a256, r0);
+    if (need32) sd_quantize_rows(x + r0 * K, r1 - r0, K, QK, &wk->a32, r0);
+#pragma omp barrier
+    const int64_t n0 = N * t / TT, n1 = N * (t + 1) / TT;
+    int64_t off = 0;
+    for (int i = 0; i < nw; i++) {
+      const int64_t rows = ws[i]->rows;
+      const int64_t lo = n0 > off ? n0 : off, hi = n1 < off + rows ? n1 : off + rows;
+      if (lo < hi) {
+        const sd_act* a = sd_act_blk(ws[i]->type) == QKK ? &wk->a256 : &wk->a32;
+        sd_mm_rows(ws[i], NULL, a, x, T, lo - off, hi - off, outs[i], rows);
+      }
+      off += rows;
+    }
+  }
+}
+
+static void add_bias(float* y, const float* b, int64_t T, int64_t n) {
+  if (!b) return;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < n; i++) y[t * n + i] = y[t * n + i] + b[i];
+}
+
+/* rotate each head of rows [T][heads*hd] at its row's position (cs/sn: [T][hd/2]) */
+static void rope(float* y, int64_t T, int heads, int hd, int neox, const float* cs, const float* sn) {
+  const int half = hd / 2;
+  for (int64_t t = 0; t < T; t++)
+    for (int h = 0; h < heads; h++) {
+      float* v = y + (t * heads + h) * hd;
+      const float* c = cs + t * half;
+      const float* s = sn + t * half;
+      for (int i = 0; i < half; i++) {
+        const int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float x0 = v[i0], x1 = v[i1];
+        v[i0] = x0 * c[i] - x1 * s[i];
+        v[i1] = x1 * c[i] + x0 * s[i];
+      }
+    }
+}
+
+/* out[hd] = sum over j < L of p[j] * v_j, in order of j, per element */
+static void weighted_sum(const float* p, const float* vbase, int64_t stride, int64_t L, int hd, float* out) {
+  int d = 0;
+#if defined(__AVX2__)
+  for (; d + 8 <= hd; d += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t j = 0; j < L; j++)
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(vbase + j * stride + d)));
+    _mm256_storeu_ps(out + d, acc);
+  }
+#elif defined(__ARM_NEON)
+  for (; d + 4 <= hd; d += 4) {
+    float32x4_t acc = vdupq_n_f32(0.0f);
+    for (int64_t j = 0; j < L; j++) acc = vaddq_f32(acc, vmulq_f32(vdupq_n_f32(p[j]), vld1q_f32(vbase + j * stride + d)));
+    vst1q_f32(out + d, acc);
+  }
+#endif
+  for (; d < hd; d++) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < L; j++) acc = acc + p[j] * vbase[j * stride + d];
+    out[d] = acc;
+  }
+}
+
+static float tree8_sum(const float* p, int64_t n) {
+  /* tree8 of p: the dot with ones multiplies by 1.0 exactly */
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t n8 = n & ~(int64_t)7;
+  for (int64_t i = 0; i < n8; i += 8)
+    for (int j = 0; j < 8; j++) l[j] = l[j] + p[i + j];
+  float r = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  for (int64_t i = n8; i < n; i++) r = r + p[i];
+  return r;
+}
+
+static void attention(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t T, int64_t start,
+                      float* att, float* scores_all, int64_t L_max, int nt) {
+  const int H = m->n_heads, hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
+  const int64_t hkv = (int64_t)m->n_kv_heads * hd;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t th = 0; th < T * H; th++) {
+#ifdef _OPENMP
+    float* s = scores_all + (int64_t)omp_get_thread_num() * L_max;
+#else
+    float* s = scores_all;
+#endif
+    const int64_t t = th / H;
+    const int h = (int)(th % H), kvh = h / group;
+    const int64_t L = start + t + 1;
+    const float* qv = q + (t * H + h) * hd;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < L; j++) {
+      s[j] = sd_tree8_dot(qv, kc + j * hkv + kvh * hd, hd) * m->attn_scale;
+      mx = s[j] > mx ? s[j] : mx;
+    }
+    for (int64_t j = 0; j < L; j++) s[j] = s[j] - mx;
+    sd_exp_inplace(s, L);
+    const float sum = tree8_sum(s, L);
+    float* out = att + (t * H + h) * hd;
+    weighted_sum(s, vc + kvh * hd, hkv, L, hd, out);
+    for (int d = 0; d < hd; d++) out[d] = out[d] / sum;
+  }
+}
+
+static void head_norm(float* y, const float* w, int64_t T, int heads, int hd, float eps) {
+  if (!w) return;
+  for (int64_t i = 0; i < T * heads; i++) rmsnorm_row(y + i * hd, w, hd, eps, y + i * hd);
+}
+
+/* rows [0, T) of one chunk at positions start.. ; logits for those rows at global index >= first_logit */
+static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int32_t* ids, int64_t T, int64_t start,
+                 work* w, int64_t logit_from, float* logits, int nt) {
+  const int64_t D = m->d_model, F = m->d_ff, hd = m->head_dim, H = m->n_heads;
+  const int64_t hq = H * hd, hkv = (int64_t)m->n_kv_heads * hd;
+  for (int64_t t = 0; t < T; t++) {
+    const int64_t id = ids[t];
+    if (id < 0 || id >= m->tok_embd.rows) return 4;
+    sd_dequantize_row(m->tok_embd.type, (const uint8_t*)m->tok_embd.data + id * m->tok_embd.row_bytes, D, w->x + t * D);
+  }
+  const int64_t half = hd / 2;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t i = 0; i < half; i++) {
+      const float a = (float)(start + t) * m->inv_freq[i];
+      w->cs[t * half + i] = cosf(a);
+      w->sn[t * half + i] = sinf(a);
+    }
+  for (int l = 0; l < m->n_layers; l++) {
+    const sd_layer* L = m->layers + l;
+    float* kl = kc + (int64_t)l * cap * hkv;
+    float* vl = vc + (int64_t)l * cap * hkv;
+    for (int64_t t = 0; t < T; t++) rmsnorm_row(w->x + t * D, L->attn_norm, D, m->rms_eps, w->h + t * D);
+    {
+      const sd_mat* ws[3] = {&L->wq, &L->wk, &L->wv};
+      float* outs[3] = {w->q, w->k, w->v};
+      matmul_group(3, ws, outs, w->h, T, D, w, nt);
+    }
+    add_bias(w->q, L->bq, T, hq);
+    add_bias(w->k, L->bk, T, hkv);
+    add_bias(w->v, L->bv, T, hkv);
+    head_norm(w->q, L->q_norm, T, (int)H, (int)hd, m->rms_eps);
+    head_norm(w->k, L->k_norm, T, m->n_kv_heads, (int)hd, m->rms_eps);
+    rope(w->q, T, (int)H, (int)hd, m->rope_neox, w->cs, w->sn);
+    rope(w->k, T, m->n_kv_heads, (int)hd, m->rope_neox, w->cs, w->sn);
+    memcpy(kl + start * hkv, w->k, sizeof(float) * T * hkv);
+    memcpy(vl + start * hkv, w->v, sizeof(float) * T * hkv);
+    attention(m, w->q, kl, vl, T, start, w->att, w->scores, start + T, nt);
+    {
+      const sd_mat* ws[1] = {&L->wo};
+      float* outs[1] = {w->tmp};
+      matmul_group(1, ws, outs, w->att, T, hq, w, nt);
+    }
+    for (int64_t i = 0; i < T * D; i++) w->x[i] = w->x[i] + w->tmp[i];
+    for (int64_t t = 0; t < T; t++) rmsnorm_row(w->x + t * D, L->ffn_norm, D, m->rms_eps, w->h + t * D);
+    {
+      const sd_mat* ws[2] = {&L->wgate, &L->wup};
+      float* outs[2] = {w->g, w->u};
+      matmul_group(2, ws, outs, w->h, T, D, w, nt);
+    }
+    /* SiLU(g) * u, with e^-g taken in place in u's stead first */
+    for (int64_t i = 0; i < T * F; i++) w->tmp[i] = -w->g[i];
+    /* tmp may be shorter than T*F: it is sized for it (see sd_forward) */
+    sd_exp_inplace(w->tmp, T * F);
+    for (int64_t i = 0; i < T * F; i++) w->g[i] = (w->g[i] / (1.0f + w->tmp[i])) * w->u[i];
+    {
+      const sd_mat* ws[1] = {&L->wdown};
+      float* outs[1] = {w->tmp};
+      matmul_group(1, ws, outs, w->g, T, F, w, nt);
+    }
+    for (int64_t i = 0; i < T * D; i++) w->x[i] = w->x[i] + w->tmp[i];
+  }
+  /* the head, for the rows that want logits */
+  const int64_t first = logit_from > start ? logit_from - start : 0;
+  if (first < T) {
+    const int64_t n = T - first;
+    for (int64_t t = 0; t < n; t++) rmsnorm_row(w->x + (first + t) * D, m->output_norm, D, m->rms_eps, w->h + t * D);
+    const sd_mat* ws[1] = {&m->output};
+    float* outs[1] = {logits + (start + first - logit_from) * (int64_t)m->vocab};
+    matmul_group(1, ws, outs, w->h, n, D, w, nt);
+  }
+  return 0;
+}
+
+SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capacity, const int32_t* ids, int64_t T,
+                         int64_t start, float* logits, int64_t n_logits, int nthreads) {
+  if (T < 1 || n_logits < 0 || n_logits > T || start + T > capacity) return 1;
+  if (nthreads < 1) nthreads = 1;
+  const int64_t C = T < CHUNK ? T : CHUNK;
+  const int64_t D = m->d_model, F = m->d_ff, hd = m->head_dim;
+  const int64_t hq = (int64_t)m->n_heads * hd, hkv = (int64_t)m->n_kv_heads * hd;
+  const int64_t Kmax = F > hq ? (F > D ? F : D) : (hq > D ? hq : D);
+  const int64_t wide = F > D ? F : D;
+  int fail = 0;
+  work w;
+  w.a256.qs = w.a32.qs = NULL;
+  w.a256.qs = (int8_t*)xmalloc((size_t)(C * Kmax), &fail);
+  w.a256.d = (float*)xmalloc(sizeof(float) * (size_t)(C * (Kmax / QKK + 1)), &fail);
+  w.a256.sums = (int16_t*)xmalloc(sizeof(int16_t) * (size_t)(C * (Kmax / 16 + 1)), &fail);
+  w.a256.blk = QKK;
+  w.a32.qs = (int8_t*)xmalloc((size_t)(C * Kmax), &fail);
+  w.a32.d = (float*)xmalloc(sizeof(float) * (size_t)(C * (Kmax / QK + 1)), &fail);
+  w.a32.sums = (int16_t*)xmalloc(sizeof(int16_t) * (size_t)(C * (Kmax / 16 + 1)), &fail);
+  w.a32.blk = QK;
+  w.x = (float*)xmalloc(sizeof(float) * C * D, &fail);
+  w.h = (float*)xmalloc(sizeof(float) * C * D, &fail);
+  w.q = (float*)xmalloc(sizeof(float) * C * hq, &fail);
+  w.k = (float*)xmalloc(sizeof(float) * C * hkv, &fail);
+  w.v = (float*)xmalloc(sizeof(float) * C * hkv, &fail);
+  w.att = (float*)xmalloc(sizeof(float) * C * hq, &fail);
+  w.g = (float*)xmalloc(sizeof(float) * C * F, &fail);
+  w.u = (float*)xmalloc(sizeof(float) * C * F, &fail);
+  w.tmp = (float*)xmalloc(sizeof(float) * C * wide, &fail);
+  w.scores = (float*)xmalloc(sizeof(float) * (size_t)nthreads * (start + T), &fail);
+  w.cs = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
+  w.sn = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
+  int rc = fail ? 3 : 0;
+  for (int64_t c0 = 0; c0 < T && rc == 0; c0 += C) {
+    const int64_t n = T - c0 < C ? T - c0 : C;
+    rc = chunk(m, kc, vc, capacity, ids + c0, n, start + c0, &w, start + T - n_logits, logits, nthreads);
+  }
+  free(w.a256.qs); free(w.a256.d); free(w.a256.sums);
+  free(w.a32.qs); free(w.a32.d); free(w.a32.sums);
+  free(w.x); free(w.h); free(w.q); free(w.k); free(w.v); free(w.att);
+  free(w.g); free(w.u); free(w.tmp); free(w.scores); free(w.cs); free(w.sn);
+  return rc;
+}

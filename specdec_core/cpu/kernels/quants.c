@@ -1,0 +1,524 @@
+/* GGUF blocks x 8-bit activations: the matmul of every linear layer.
+
+   A weight row is read block by block; each block is "prepared" once (codes unpacked to one
+   unsigned byte per weight, scales widened) into a small buffer, then every activation row of
+   the pass takes its integer dot product against it. So a verification of k+1 rows reads each
+   weight from memory once, and the per-row work is integer multiply-adds.
+
+   What a row's result is (every build, every pass size, every thread count):
+   - K-quants (Q4_K, Q5_K, Q6_K), activations in blocks of 256 with scale dx:
+       S1 = sum over groups g of 16: sc[g] * sum q*x,   S2 = sum over g: mn[g] * sum x   (int32)
+       Q4_K / Q5_K:  acc = acc + (d*dx) * S1;  acc = acc - (dmin*dx) * S2
+       Q6_K:         acc = acc + (d*dx) * (S1 - 32*S2)
+     over the super-blocks in order, acc from +0.0;
+   - 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), activations in blocks of 32:
+       S = sum q*x - off * X  (X = sum x; off 8 for Q4_0, 16 for Q5_0, 0 otherwise; Q8_0: q signed)
+       t = (d*dx) * S  [Q4_1, Q5_1: t = t + (m*dx) * X]
+     block b adds t into lane b mod 8, the lanes combined by the tree8 order (sdcpu.h);
+   - F32 / F16 / BF16 weights: float activations, tree8 dot of x and the weight row.
+   Every (float) above is one rounding of an exact integer; every * and + one IEEE operation. */
+#include "sdcpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#define SD_X86 1
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#define SD_ARM 1
+#endif
+
+/* ------------------------------------------------------------------ scalars and formats */
+
+float sd_fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13); /* inf / nan */
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else { /* subnormal half: normalise */
+    exp = 113;
+    while (!(man & 0x400)) { man <<= 1; exp--; }
+    bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+SD_INLINE float bf16_to_fp32(uint16_t h) {
+  const uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+int sd_blk_elems(int type) {
+  switch (type) {
+    case SD_F32: case SD_F16: case SD_BF16: return 1;
+    case SD_Q4_0: case SD_Q4_1: case SD_Q5_0: case SD_Q5_1: case SD_Q8_0: return QK;
+    case SD_Q4_K: case SD_Q5_K: case SD_Q6_K: return QKK;
+    default: return 0;
+  }
+}
+
+int sd_blk_bytes(int type) {
+  switch (type) {
+    case SD_F32: return 4;
+    case SD_F16: case SD_BF16: return 2;
+    case SD_Q4_0: return sizeof(blk_q4_0);
+    case SD_Q4_1: return sizeof(blk_q4_1);
+    case SD_Q5_0: return sizeof(blk_q5_0);
+    case SD_Q5_1: return sizeof(blk_q5_1);
+    case SD_Q8_0: return sizeof(blk_q8_0);
+    case SD_Q4_K: return sizeof(blk_q4_K);
+    case SD_Q5_K: return sizeof(blk_q5_K);
+    case SD_Q6_K: return sizeof(blk_q6_K);
+    default: return 0;
+  }
+}
+
+int sd_act_blk(int type) {
+  const int e = sd_blk_elems(type);
+  return e == QKK ? QKK : e == QK ? QK : 0;
+}
+
+SD_EXPORT int sd_type_supported(int type) { return sd_blk_elems(type) != 0; }
+
+/* Q4_K / Q5_K's 6-bit scale and min of sub-block j (llama.cpp's get_scale_min_k4) */
+SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+/* ------------------------------------------------------------------ dequantizing (lookups, tests)
+   The values gguf-py's dequantize gives, bit for bit (each * and - one rounding, in its order). */
+
+void sd_dequantize_row(int type, const void* row, int64_t K, float* y) {
+  const int64_t nb = K / sd_blk_elems(type);
+  switch (type) {
+    case SD_F32: memcpy(y, row, K * 4); return;
+    case SD_F16: for (int64_t i = 0; i < K; i++) y[i] = sd_fp16_to_fp32(((const uint16_t*)row)[i]); return;
+    case SD_BF16: for (int64_t i = 0; i < K; i++) y[i] = bf16_to_fp32(((const uint16_t*)row)[i]); return;
+    case SD_Q4_0:
+      for (int64_t i = 0; i < nb; i++, y += QK) {
+        const blk_q4_0* b = (const blk_q4_0*)row + i;
+        const float d = sd_fp16_to_fp32(b->d);
+        for (int j = 0; j < 16; j++) {
+          y[j] = d * (float)((b->qs[j] & 0xF) - 8);
+          y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    case SD_Q4_1:
+      for (int64_t i = 0; i < nb; i++, y += QK) {
+        const blk_q4_1* b = (const blk_q4_1*)row + i;
+        const float d = sd_fp16_to_fp32(b->d), m = sd_fp16_to_fp32(b->m);
+        for (int j = 0; j < 16; j++) {
+          y[j] = d * (float)(b->qs[j] & 0xF) + m;
+          y[j + 16] = d * (float)(b->qs[j] >> 4) + m;
+        }
+      }
+      return;
+    case SD_Q5_0: case SD_Q5_1:
+      for (int64_t i = 0; i < nb; i++, y += QK) {
+        const int with_min = type == SD_Q5_1;
+        const blk_q5_0* b0 = (const blk_q5_0*)row + i;
+        const blk_q5_1* b1 = (const blk_q5_1*)row + i;
+        const float d = sd_fp16_to_fp32(with_min ? b1->d : b0->d);
+        const float m = with_min ? sd_fp16_to_fp32(b1->m) : 0.0f;
+        const uint8_t* qh8 = with_min ? b1->qh : b0->qh;
+        const uint8_t* qs = with_min ? b1->qs : b0->qs;
+        const uint32_t qh = (uint32_t)qh8[0] | ((uint32_t)qh8[1] << 8) | ((uint32_t)qh8[2] << 16) | ((uint32_t)qh8[3] << 24);
+        for (int j = 0; j < 16; j++) {
+          const int lo = (qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+          const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+          if (with_min) {
+            y[j] = d * (float)lo + m;
+            y[j + 16] = d * (float)hi + m;
+          } else {
+            y[j] = d * (float)(lo - 16);
+            y[j + 16] = d * (float)(hi - 16);
+          }
+        }
+      }
+      return;
+    case SD_Q8_0:
+      for (int64_t i = 0; i < nb; i++, y += QK) {
+        const blk_q8_0* b = (const blk_q8_0*)row + i;
+        const float d = sd_fp16_to_fp32(b->d);
+        for (int j = 0; j < QK; j++) y[j] = d * (float)b->qs[j];
+      }
+      return;
+    case SD_Q4_K: case SD_Q5_K:
+      for (int64_t i = 0; i < nb; i++) {
+        const int five = type == SD_Q5_K;
+        const blk_q4_K* b4 = (const blk_q4_K*)row + i;
+        const blk_q5_K* b5 = (const blk_q5_K*)row + i;
+        const float d = sd_fp16_to_fp32(five ? b5->d : b4->d), dmin = sd_fp16_to_fp32(five ? b5->dmin : b4->dmin);
+        const uint8_t* sc = five ? b5->scales : b4->scales;
+        const uint8_t* qs = five ? b5->qs : b4->qs;
+        for (int c = 0; c < 4; c++) {
+          for (int half = 0; half < 2; half++) {
+            int s, m;
+            scale_min_k4(2 * c + half, sc, &s, &m);
+            const float d1 = d * (float)s, m1 = dmin * (float)m;
+            for (int l = 0; l < 32; l++) {
+              int q = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0xF;
+              if (five) q |= ((b5->qh[l] >> (2 * c + half)) & 1) << 4;
+              *y++ = d1 * (float)q - m1;
+            }
+          }
+        }
+      }
+      return;
+    case SD_Q6_K:
+      for (int64_t i = 0; i < nb; i++) {
+        const blk_q6_K* b = (const blk_q6_K*)row + i;
+        const float d = sd_fp16_to_fp32(b->d);
+        for (int half = 0; half < 2; half++, y += 128) {
+          const uint8_t* ql = b->ql + 64 * half;
+          const uint8_t* qh = b->qh + 32 * half;
+          const int8_t* sc = b->scales + 8 * half;
+          for (int l = 0; l < 32; l++) {
+            const int is = l / 16;
+            const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * (float)sc[is] * (float)q1;
+            y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+            y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+            y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+          }
+        }
+      }
+      return;
+  }
+}
+
+/* ------------------------------------------------------------------ tree8 float sums */
+
+SD_INLINE float tree8(const float l[8]) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+#if SD_X86
+SD_INLINE float tree8_v(__m256 v) {
+  /* hi+lo halves: (l0+l4, l1+l5, l2+l6, l3+l7); then (l0+l4)+(l2+l6), (l1+l5)+(l3+l7); then their sum */
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#elif SD_ARM
+SD_INLINE float tree8_v(float32x4_t lo, float32x4_t hi) {
+  const float32x4_t s = vaddq_f32(lo, hi);                       /* l0+l4 .. l3+l7 */
+  const float32x2_t t = vadd_f32(vget_low_f32(s), vget_high_f32(s)); /* (l0+l4)+(l2+l6), (l1+l5)+(l3+l7) */
+  return vget_lane_f32(t, 0) + vget_lane_f32(t, 1);
+}
+#endif
+
+float sd_tree8_dot(const float* a, const float* b, int64_t n) {
+  const int64_t n8 = n & ~(int64_t)7;
+  float r;
+#if SD_X86
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n8; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  r = tree8_v(acc);
+#elif SD_ARM
+  float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
+  for (int64_t i = 0; i < n8; i += 8) {
+    lo = vaddq_f32(lo, vmulq_f32(vld1q_f32(a + i), vld1q_f32(b + i)));
+    hi = vaddq_f32(hi, vmulq_f32(vld1q_f32(a + i + 4), vld1q_f32(b + i + 4)));
+  }
+  r = tree8_v(lo, hi);
+#else
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n8; i += 8)
+    for (int j = 0; j < 8; j++) l[j] = l[j] + a[i + j] * b[i + j];
+  r = tree8(l);
+#endif
+  for (int64_t i = n8; i < n; i++) r = r + a[i] * b[i];
+  return r;
+}
+
+float sd_tree8_sumsq(const float* a, int64_t n) { return sd_tree8_dot(a, a, n); }
+
+/* ------------------------------------------------------------------ e^x
+   Cephes' expf: x = n ln2 + r, e^r = 1 + r + r^2 * P(r) (degree 5, Horner), times 2^n through
+   the exponent bits. Each step is one IEEE multiply or add, so scalar and SIMD agree. Inputs are
+   clamped to [-87.3, 88.3]: softmax and SiLU never need more (e^-87.3 ~ 1e-38). */
+#define EXP_HI 88.3f
+#define EXP_LO -87.3f
+#define LOG2E 1.44269504088896341f
+#define LN2_HI 0.693359375f
+#define LN2_LO -2.12194440e-4f
+#define P0 1.9875691500e-4f
+#define P1 1.3981999507e-3f
+#define P2 8.3334519073e-3f
+#define P3 4.1665795894e-2f
+#define P4 1.6666665459e-1f
+#define P5 5.0000001201e-1f
+
+SD_INLINE float exp_ref(float x) {
+  x = x > EXP_HI ? EXP_HI : x;
+  x = x < EXP_LO ? EXP_LO : x;
+  const float n = nearbyintf(x * LOG2E);
+  float r = x - n * LN2_HI;
+  r = r - n * LN2_LO;
+  const float z = r * r;
+  float p = P0 * r + P1;
+  p = p * r + P2;
+  p = p * r + P3;
+  p = p * r + P4;
+  p = p * r + P5;
+  p = p * z + r;
+  p = p + 1.0f;
+  const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+void sd_exp_inplace(float* x, int64_t n) {
+  int64_t i = 0;
+#if SD_X86
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    v = _mm256_min_ps(v, _mm256_set1_ps(EXP_HI));
+    v = _mm256_max_ps(v, _mm256_set1_ps(EXP_LO));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_sub_ps(v, _mm256_mul_ps(k, _mm256_set1_ps(LN2_HI)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(k, _mm256_set1_ps(LN2_LO)));
+    const __m256 z = _mm256_mul_ps(r, r);
+    __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(P0), r), _mm256_set1_ps(P1));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(P2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(P3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(P4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(P5));
+    p = _mm256_add_ps(_mm256_mul_ps(p, z), r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  }
+#elif SD_ARM
+  for (; i + 4 <= n; i += 4) {
+    float32x4_t v = vld1q_f32(x + i);
+    v = vminq_f32(v, vdupq_n_f32(EXP_HI));
+    v = vmaxq_f32(v, vdupq_n_f32(EXP_LO));
+    const float32x4_t k = vrndnq_f32(vmulq_f32(v, vdupq_n_f32(LOG2E)));
+    float32x4_t r = vsubq_f32(v, vmulq_f32(k, vdupq_n_f32(LN2_HI)));
+    r = vsubq_f32(r, vmulq_f32(k, vdupq_n_f32(LN2_LO)));
+    const float32x4_t z = vmulq_f32(r, r);
+    float32x4_t p = vaddq_f32(vmulq_f32(vdupq_n_f32(P0), r), vdupq_n_f32(P1));
+    p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(P2));
+    p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(P3));
+    p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(P4));
+    p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(P5));
+    p = vaddq_f32(vmulq_f32(p, z), r);
+    p = vaddq_f32(p, vdupq_n_f32(1.0f));
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(k), vdupq_n_s32(127)), 23);
+    vst1q_f32(x + i, vmulq_f32(p, vreinterpretq_f32_s32(e)));
+  }
+#endif
+  for (; i < n; i++) x[i] = exp_ref(x[i]);
+}
+
+SD_EXPORT void sd_exp(float* x, int64_t n) { sd_exp_inplace(x, n); }
+
+/* ------------------------------------------------------------------ quantizing activations */
+
+SD_INLINE int8_t round_code(float v) {
+  float r = nearbyintf(v);
+  r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+  return (int8_t)(r == r ? (int)r : 0);
+}
+
+/* one block of n (32 or 256) values -> codes, scale, sums of 16 */
+SD_INLINE void quantize_block(const float* x, int n, int8_t* q, float* d, int16_t* sums) {
+#if SD_X86
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int i = 0; i < n; i += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float am = _mm_cvtss_f32(m4);
+  *d = am / 127.0f;
+  const __m256 id = _mm256_set1_ps(am != 0.0f ? 127.0f / am : 0.0f);
+  for (int i = 0; i < n; i += 32) {
+    __m256i v[4];
+    for (int j = 0; j < 4; j++) {
+      const __m256 s = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      v[j] = _mm256_cvtps_epi32(s);
+    }
+    /* pack 32 int32 -> 32 int8 in order (the packs interleave 128-bit lanes: permute back) */
+    const __m256i p01 = _mm256_packs_epi32(v[0], v[1]), p23 = _mm256_packs_epi32(v[2], v[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i*)(q + i), p);
+    /* sums of each 16: widen to int16 and add pairs down */
+    const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(p));
+    const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(p, 1));
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i s0 = _mm256_madd_epi16(w0, ones), s1 = _mm256_madd_epi16(w1, ones); /* 8 int32 each */
+    __m256i h = _mm256_hadd_epi32(s0, s1); /* (s0 01,23, s1 01,23 | s0 45,67, s1 45,67) */
+    h = _mm256_hadd_epi32(h, h);           /* (s0 0-3, s1 0-3, .. | s0 4-7, s1 4-7, ..) */
+    const int32_t a0 = _mm256_extract_epi32(h, 0), a1 = _mm256_extract_epi32(h, 1);
+    const int32_t b0 = _mm256_extract_epi32(h, 4), b1 = _mm256_extract_epi32(h, 5);
+    sums[i / 16] = (int16_t)(a0 + b0);
+    sums[i / 16 + 1] = (int16_t)(a1 + b1);
+  }
+#elif SD_ARM
+  float32x4_t amax = vdupq_n_f32(0.0f);
+  for (int i = 0; i < n; i += 4) amax = vmaxq_f32(amax, vabsq_f32(vld1q_f32(x + i)));
+  const float am = vmaxvq_f32(amax);
+  *d = am / 127.0f;
+  const float32x4_t id = vdupq_n_f32(am != 0.0f ? 127.0f / am : 0.0f);
+  for (int i = 0; i < n; i += 16) {
+    int32x4_t v[4];
+    for (int j = 0; j < 4; j++) v[j] = vcvtq_s32_f32(vrndnq_f32(vmulq_f32(vld1q_f32(x + i + 4 * j), id)));
+    const int16x8_t h0 = vcombine_s16(vqmovn_s32(v[0]), vqmovn_s32(v[1]));
+    const int16x8_t h1 = vcombine_s16(vqmovn_s32(v[2]), vqmovn_s32(v[3]));
+    const int8x16_t b = vcombine_s8(vqmovn_s16(h0), vqmovn_s16(h1));
+    vst1q_s8(q + i, b);
+    sums[i / 16] = (int16_t)vaddlvq_s8(b);
+  }
+#else
+  float am = 0.0f;
+  for (int i = 0; i < n; i++) {
+    const float a = fabsf(x[i]);
+    am = a > am ? a : am;
+  }
+  *d = am / 127.0f;
+  const float id = am != 0.0f ? 127.0f / am : 0.0f;
+  for (int i = 0; i < n; i++) q[i] = round_code(x[i] * id);
+  for (int g = 0; g < n / 16; g++) {
+    int s = 0;
+    for (int i = 0; i < 16; i++) s += q[16 * g + i];
+    sums[g] = (int16_t)s;
+  }
+#endif
+}
+
+/* rows [0, M) of x [M, K] into out's rows row0.. */
+void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out, int64_t row0) {
+  const int64_t nb = K / blk;
+  for (int64_t m = 0; m < M; m++) {
+    const int64_t r = row0 + m;
+    for (int64_t b = 0; b < nb; b++)
+      quantize_block(x + m * K + b * blk, blk, out->qs + r * K + b * blk, out->d + r * nb + b,
+                     out->sums + r * (K / 16) + b * (blk / 16));
+  }
+}
+
+SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, int8_t* qs, float* d, int16_t* sums) {
+  sd_act a = {qs, d, sums, K, blk};
+  sd_quantize_rows(x, M, K, blk, &a, 0);
+}
+
+/* ------------------------------------------------------------------ the row kernels
+   mm_row_k (K-quants) and mm_row_b (32-element blocks): one weight row against rows [0, M) of
+   the activations, into y[m * ldy]. One implementation per instruction set, each computing the
+   numbers this file's header defines. */
+#if SD_X86
+#include "dot_x86.h"
+#elif SD_ARM
+#include "dot_neon.h"
+#else
+#include "dot_portable.h"
+#endif
+
+/* ------------------------------------------------------------------ float weights */
+
+static void mm_row_f(int type, const uint8_t* wrow, int64_t K, const float* x, int64_t M, float* y, int64_t ldy, float* wbuf) {
+  const float* w = (const float*)wrow;
+  if (type != SD_F32) {
+#if SD_X86
+    if (type == SD_F16) {
+      int64_t i = 0;
+      for (; i + 8 <= K; i += 8)
+        _mm256_storeu_ps(wbuf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)wrow + i))));
+      for (; i < K; i++) wbuf[i] = sd_fp16_to_fp32(((const uint16_t*)wrow)[i]);
+    } else
+#endif
+    sd_dequantize_row(type, wrow, K, wbuf);
+    w = wbuf;
+  }
+  for (int64_t m = 0; m < M; m++) y[m * ldy] = sd_tree8_dot(x + m * K, w, K);
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+void sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
+                int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int blk = sd_act_blk(w->type);
+  float* wbuf = blk ? NULL : (float*)malloc(sizeof(float) * (size_t)w->cols);
+  for (int64_t n = n0; n < n1; n++) {
+    const uint8_t* wrow = (const uint8_t*)w->data + (int64_t)(rowmap ? rowmap[n] : n) * w->row_bytes;
+    if (blk == QKK) mm_row_k(w->type, wrow, w->cols, a, M, y + n, ldy);
+    else if (blk == QK) mm_row_b(w->type, wrow, w->cols, a, M, y + n, ldy);
+    else mm_row_f(w->type, wrow, w->cols, x, M, y + n, ldy, wbuf);
+  }
+  free(wbuf);
+}
+
+SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
+                        const int32_t* rowmap, float* y, int64_t ldy, int nthreads) {
+  const int e = sd_blk_elems(type);
+  if (!e) return 1;
+  if (K % e || K % 16) return 2;
+  const int blk = sd_act_blk(type);
+  sd_act a = {NULL, NULL, NULL, K, blk};
+  if (blk) {
+    a.qs = (int8_t*)malloc((size_t)(M * K));
+    a.d = (float*)malloc(sizeof(float) * (size_t)(M * (K / blk)));
+    a.sums = (int16_t*)malloc(sizeof(int16_t) * (size_t)(M * (K / 16)));
+    if (!a.qs || !a.d || !a.sums) {
+      free(a.qs); free(a.d); free(a.sums);
+      return 3;
+    }
+  }
+  const sd_mat wm = {w, row_bytes, type, (int32_t)N, (int32_t)K, 0};
+  if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads)
+  {
+#ifdef _OPENMP
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+#else
+    const int t = 0, T = 1;
+#endif
+    if (blk) {
+      /* each thread quantizes its share of rows, then all wait: every thread reads every row */
+      const int64_t r0 = M * t / T, r1 = M * (t + 1) / T;
+      sd_quantize_rows(x + r0 * K, r1 - r0, K, blk, &a, r0);
+#pragma omp barrier
+    }
+    /* contiguous output ranges: each thread streams its own part of the weights */
+    const int64_t n0 = N * t / T, n1 = N * (t + 1) / T;
+    sd_mm_rows(&wm, rowmap, &a, x, M, n0, n1, y, ldy);
+  }
+  free(a.qs); free(a.d); free(a.sums);
+  return 0;
+}
+
+SD_EXPORT void sd_dequantize(int type, const void* data, int64_t row_bytes, const int32_t* rows, int64_t n, int64_t K,
+                             float* out) {
+  for (int64_t i = 0; i < n; i++)
+    sd_dequantize_row(type, (const uint8_t*)data + (int64_t)(rows ? rows[i] : i) * row_bytes, K, out + i * K);
+}

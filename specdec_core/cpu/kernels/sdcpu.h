@@ -1,0 +1,131 @@
+/* The CPU backend's C side: GGUF block formats, 8-bit activations, integer dot products and
+   the transformer forward of the families it covers (see ../README.md for the why).
+
+   One source, several builds: build.py compiles these files once per instruction set
+   (portable C, AVX2, AVX-VNNI, AVX512-VNNI, NEON) and loads the best one this CPU runs.
+   Every build computes the same numbers bit for bit: integer sums are exact, and every
+   floating-point operation happens in an order this file's comments define and the portable
+   C spells out; SIMD code keeps that order lane by lane, and no build lets the compiler fuse
+   a multiply and an add (-ffp-contract=off). That is what makes a row's result independent
+   of how many rows share a pass, of the thread count, and of the instruction set.
+
+   Float reduction order ("tree8"): a sum over n values keeps 8 lanes, lane l adding the
+   values at l, l+8, l+16, ... in turn from +0.0; the lanes are then combined as
+   ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)); values past the last multiple of 8 are added
+   to that result one by one.
+*/
+#ifndef SDCPU_H
+#define SDCPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define SD_EXPORT __declspec(dllexport)
+#else
+#define SD_EXPORT __attribute__((visibility("default")))
+#endif
+
+#if defined(_MSC_VER)
+#define SD_INLINE static __forceinline
+#define SD_ALIGN(n) __declspec(align(n))
+#else
+#define SD_INLINE static inline __attribute__((always_inline))
+#define SD_ALIGN(n) __attribute__((aligned(n)))
+#endif
+
+/* ggml type ids (the GGUF tensor table's numbers) */
+enum {
+  SD_F32 = 0, SD_F16 = 1, SD_Q4_0 = 2, SD_Q4_1 = 3, SD_Q5_0 = 6, SD_Q5_1 = 7, SD_Q8_0 = 8,
+  SD_Q4_K = 12, SD_Q5_K = 13, SD_Q6_K = 14, SD_BF16 = 30
+};
+
+/* which instruction set a build uses (sd_isa) */
+enum { SD_ISA_PORTABLE = 0, SD_ISA_AVX2 = 1, SD_ISA_AVXVNNI = 2, SD_ISA_AVX512VNNI = 3, SD_ISA_NEON = 4 };
+
+/* cpu feature bits (sd_cpu_features) */
+enum {
+  SD_CPU_AVX2 = 1 << 0, SD_CPU_FMA = 1 << 1, SD_CPU_F16C = 1 << 2, SD_CPU_AVX512F = 1 << 3,
+  SD_CPU_AVX512BW = 1 << 4, SD_CPU_AVX512VL = 1 << 5, SD_CPU_AVX512VNNI = 1 << 6,
+  SD_CPU_AVXVNNI = 1 << 7, SD_CPU_NEON = 1 << 8, SD_CPU_DOTPROD = 1 << 9
+};
+
+/* -- block formats (byte layouts as llama.cpp's ggml-common.h; fp16 fields as raw bits) -- */
+#define QK 32   /* elements per block of the 32-element types */
+#define QKK 256 /* elements per super-block of the K-quants */
+
+typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;                     /* w = d*(q-8)  */
+typedef struct { uint16_t d, m; uint8_t qs[16]; } blk_q4_1;                  /* w = d*q + m  */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_0;      /* w = d*(q-16) */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[16]; } blk_q5_1;   /* w = d*q + m  */
+typedef struct { uint16_t d; int8_t qs[32]; } blk_q8_0;                      /* w = d*q      */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[128]; } blk_q4_K;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } blk_q5_K;
+typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; } blk_q6_K;
+
+/* -- activations, quantized per row --
+   A row of K floats becomes K int8 codes, one float scale per block of `blk` (256 for
+   K-quant weights, 32 for the others), and the sum of every 16 codes (int16):
+     amax = max |x|;  d = amax / 127;  q = nearest-even(x * (127 / amax)), 0 where amax is 0. */
+typedef struct {
+  int8_t* qs;    /* [M][K] */
+  float* d;      /* [M][K/blk] */
+  int16_t* sums; /* [M][K/16] */
+  int64_t K;
+  int blk;
+} sd_act;
+
+/* -- a weight matrix as the GGUF holds it: N rows of K, each row whole blocks -- */
+typedef struct {
+  const void* data;
+  int64_t row_bytes;
+  int32_t type, rows, cols, pad_;
+} sd_mat;
+
+/* one transformer block of the llama family (llama, mistral, qwen2, qwen3) */
+typedef struct {
+  const float *attn_norm, *ffn_norm;
+  sd_mat wq, wk, wv, wo, wgate, wup, wdown;
+  const float *bq, *bk, *bv; /* NULL when absent */
+  const float *q_norm, *k_norm; /* per-head RMSNorm (qwen3), NULL when absent */
+} sd_layer;
+
+typedef struct {
+  int32_t n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab;
+  int32_t rope_neox; /* 1: rotate halves (qwen2's layout), 0: rotate pairs (llama's GGUF layout) */
+  float rms_eps, attn_scale;
+  const float* inv_freq; /* [head_dim/2] */
+  sd_mat tok_embd, output;
+  const float* output_norm;
+  const sd_layer* layers;
+} sd_model;
+
+/* -- quants.c -- */
+float sd_fp16_to_fp32(uint16_t h);
+int sd_blk_elems(int type);  /* elements per block, 0 for an unsupported type */
+int sd_blk_bytes(int type);
+int sd_act_blk(int type);    /* activation block a weight type takes: 256, 32, or 0 (float) */
+void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out, int64_t row0);
+void sd_dequantize_row(int type, const void* row, int64_t K, float* out);
+/* y[m*ldy + n] for rows m < M of `a` (or float rows `x` when the type takes float inputs) and
+   weight rows n in [n0, n1) (through rowmap when not NULL) */
+void sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
+                int64_t n0, int64_t n1, float* y, int64_t ldy);
+float sd_tree8_dot(const float* a, const float* b, int64_t n);
+float sd_tree8_sumsq(const float* a, int64_t n);
+void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in every build */
+
+/* exported entry points */
+SD_EXPORT int sd_isa(void);
+SD_EXPORT int sd_cpu_features(void);
+SD_EXPORT int sd_type_supported(int type);
+SD_EXPORT void sd_dequantize(int type, const void* data, int64_t row_bytes, const int32_t* rows, int64_t n,
+                             int64_t K, float* out);
+SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, int8_t* qs, float* d, int16_t* sums);
+SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
+                        const int32_t* rowmap, float* y, int64_t ldy, int nthreads);
+SD_EXPORT int sd_forward(const sd_model* m, float* kcache, float* vcache, int64_t capacity, const int32_t* ids,
+                         int64_t T, int64_t start, float* logits, int64_t n_logits, int nthreads);
+SD_EXPORT void sd_exp(float* x, int64_t n);
+
+#endif

@@ -1,0 +1,201 @@
+"""The lean forward: one kernel call per pass for the llama family (kernels/forward.c).
+
+transformers' forward costs ~30 ms of Python and small-tensor work per token on a 28-layer
+model (speed notes, item 17) -- half of what the matmuls themselves cost on 2 cores. For the
+families it covers, forward.c runs the whole pass in C on the same GGUFMatrix blocks the
+model's modules hold: norms, RoPE, attention over a positional KV cache, SiLU MLP, head.
+
+It applies where `supports(model)` says so: llama, mistral, qwen2 and qwen3 with SiLU, full
+attention, RoPE whose only effect is its inv_freq (default, linear, llama3 scaling), no
+MLP or output biases. Its results are its own, not transformers' (float sums in another
+order): tests/test_cpu_lean.py checks they agree closely, and that every row's logits are
+bitwise the same whatever the pass size. The engine hands it to CachedLM; elsewhere the model
+runs transformers' forward on the same modules.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import torch
+from torch import nn
+
+from .build import kernel
+from .linear import GGUFEmbedding, GGUFLinear, GGUFMatrix
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class _Mat(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("row_bytes", ctypes.c_int64), ("type", ctypes.c_int32),
+                ("rows", ctypes.c_int32), ("cols", ctypes.c_int32), ("pad_", ctypes.c_int32)]
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p),
+                *((n, _Mat) for n in ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")),
+                ("bq", ctypes.c_void_p), ("bk", ctypes.c_void_p), ("bv", ctypes.c_void_p),
+                ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p)]
+
+
+class _Model(ctypes.Structure):
+    _fields_ = [("n_layers", ctypes.c_int32), ("d_model", ctypes.c_int32), ("n_heads", ctypes.c_int32),
+                ("n_kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32), ("d_ff", ctypes.c_int32),
+                ("vocab", ctypes.c_int32), ("rope_neox", ctypes.c_int32), ("rms_eps", ctypes.c_float),
+                ("attn_scale", ctypes.c_float), ("inv_freq", ctypes.c_void_p), ("tok_embd", _Mat),
+                ("output", _Mat), ("output_norm", ctypes.c_void_p), ("layers", ctypes.POINTER(_Layer))]
+
+
+def _llama_permutation(rows: int, heads: int) -> np.ndarray:
+    """The row order transformers restores for a llama q/k matrix (its reverse permute)."""
+    dim = rows // heads // 2
+    return np.arange(rows).reshape(heads, dim, 2).swapaxes(2, 1).reshape(rows)
+
+
+def supports(model: nn.Module) -> str | None:
+    """None when the lean forward runs this model; else why not (one phrase)."""
+    cfg = model.config
+    if cfg.model_type not in FAMILIES:
+        return f"{cfg.model_type} is not a family it covers ({', '.join(FAMILIES)})"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"{cfg.hidden_act} activation"
+    if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "sliding_window", None) and cfg.model_type == "mistral":
+        return "sliding-window attention"
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return "sliding-window attention"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    inner = model.model
+    rope = getattr(inner, "rotary_emb", None)
+    if rope is None or float(getattr(rope, "attention_scaling", 1.0)) != 1.0:
+        return "RoPE with attention scaling"
+    if getattr(rope, "rope_type", "default") not in ("default", "linear", "llama3"):
+        return f"{rope.rope_type} RoPE"
+    if not isinstance(inner.embed_tokens, GGUFEmbedding) or not isinstance(model.lm_head, GGUFLinear):
+        return "embedding or head not on GGUF blocks"
+    for layer in inner.layers:
+        a, m = layer.self_attn, layer.mlp
+        if not all(isinstance(x, GGUFLinear) for x in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)):
+            return "a layer not on GGUF blocks"
+        if a.o_proj.bias is not None or m.down_proj.bias is not None:
+            return "output biases"
+    if model.lm_head.bias is not None:
+        return "a head bias"
+    return None
+
+
+class PositionalKV:
+    """Keys and values by position: [layers, capacity, kv_heads * head_dim] each. What lies
+    past the caller's length is stale and never read; a rollback is only a shorter length."""
+
+    def __init__(self, layers: int, width: int, capacity: int = 256) -> None:
+        self.keys = torch.zeros(layers, capacity, width)
+        self.values = torch.zeros_like(self.keys)
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[1]
+
+    def reserve(self, length: int, keep: int) -> None:
+        """Room for `length` positions, keeping the first `keep` (doubling: amortised copies)."""
+        capacity = self.capacity
+        if length <= capacity:
+            return
+        while capacity < length:
+            capacity *= 2
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = old.new_zeros(old.shape[0], capacity, old.shape[2])
+            new[:, :keep] = old[:, :keep]
+            setattr(self, name, new)
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.keys.numel() * 4
+
+
+class LeanForward:
+    """The model's forward for decoding: ids at positions start.., logits of the last rows."""
+
+    def __init__(self, model: nn.Module) -> None:
+        why = supports(model)
+        if why is not None:
+            raise ValueError(f"the lean forward cannot run this model: {why}")
+        cfg, inner = model.config, model.model
+        self.model = model
+        self.vocab = model.lm_head.out_features
+        self._keep = []  # every array whose address the C struct holds
+
+        def vec(t) -> int:
+            if t is None:
+                return 0
+            arr = t.detach().float().contiguous()
+            self._keep.append(arr)
+            return arr.data_ptr()
+
+        def mat(m: GGUFMatrix, raw_rows: bool = False) -> _Mat:
+            if m.row_map is not None and not raw_rows:
+                raise ValueError("a permuted matrix outside q/k")
+            self._keep.append(m)
+            return _Mat(m.pointer(), m.row_bytes, m.ggml_type, m.rows, m.cols, 0)
+
+        heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        self.kv_width = kv_heads * self.head_dim
+        # RoPE: transformers rotates halves of each head; a llama GGUF stores q/k so that
+        # llama.cpp rotates adjacent pairs instead. Where the layers carry transformers'
+        # permutation, the C side reads the file's rows as they are and rotates pairs.
+        q0, k0 = inner.layers[0].self_attn.q_proj.matrix, inner.layers[0].self_attn.k_proj.matrix
+        pairs = q0.row_map is not None
+        if pairs and not (np.array_equal(q0.row_map, _llama_permutation(q0.rows, heads))
+                          and np.array_equal(k0.row_map, _llama_permutation(k0.rows, kv_heads))):
+            raise ValueError("q/k rows permuted in an unknown way")
+        layers = (_Layer * len(inner.layers))()
+        for i, layer in enumerate(inner.layers):
+            a, m = layer.self_attn, layer.mlp
+            q_norm, k_norm = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+            layers[i] = _Layer(
+                vec(layer.input_layernorm.weight), vec(layer.post_attention_layernorm.weight),
+                mat(a.q_proj.matrix, pairs), mat(a.k_proj.matrix, pairs), mat(a.v_proj.matrix), mat(a.o_proj.matrix),
+                mat(m.gate_proj.matrix), mat(m.up_proj.matrix), mat(m.down_proj.matrix),
+                vec(a.q_proj.bias), vec(a.k_proj.bias), vec(a.v_proj.bias),
+                vec(None if q_norm is None else q_norm.weight), vec(None if k_norm is None else k_norm.weight),
+            )
+        self._layers = layers
+        self._struct = _Model(
+            len(inner.layers), cfg.hidden_size, heads, kv_heads, self.head_dim, cfg.intermediate_size, self.vocab,
+            0 if pairs else 1, float(cfg.rms_norm_eps), float(self.head_dim**-0.5), vec(inner.rotary_emb.inv_freq),
+            mat(inner.embed_tokens.matrix), mat(model.lm_head.matrix), vec(inner.norm.weight), layers,
+        )
+        self.n_layers = len(inner.layers)
+
+    def new_cache(self) -> PositionalKV:
+        return PositionalKV(self.n_layers, self.kv_width)
+
+    def __call__(self, ids: list[int], start: int, cache: PositionalKV, logits_to_keep: int = 1) -> torch.Tensor:
+        """Logits [logits_to_keep, V] for ids fed at positions start..start+len(ids)-1, whose keys
+        and values land in `cache`; positions < start must already be there."""
+        t = len(ids)
+        cache.reserve(start + t, keep=start)
+        idv = np.asarray(ids, dtype=np.int32)
+        logits = torch.empty(logits_to_keep, self.vocab)
+        rc = kernel().lib.sd_forward(ctypes.addressof(self._struct), cache.keys.data_ptr(), cache.values.data_ptr(),
+                                     cache.capacity, idv.ctypes.data, t, start, logits.data_ptr(), logits_to_keep,
+                                     torch.get_num_threads())
+        if rc == 4:
+            raise ValueError(f"a token id outside the vocabulary (0..{self._struct.tok_embd.rows - 1})")
+        if rc:
+            raise RuntimeError(f"the CPU forward failed (code {rc})")
+        return logits
+
+
+def attach(model: nn.Module) -> tuple[LeanForward | None, str | None]:
+    """(the lean forward, None) where it applies, else (None, why not)."""
+    why = supports(model)
+    if why is not None:
+        return None, why
+    try:
+        return LeanForward(model), None
+    except ValueError as e:
+        return None, str(e)

@@ -1,0 +1,222 @@
+"""The CPU backend's kernel (specdec_core/cpu/kernels): block formats, integer dot products,
+batch invariance, and every build against the portable one.
+
+Three tiers: hand-built blocks, exact equalities (decoders against gguf-py's dequantization bit
+for bit; every instruction-set build against the portable C bit for bit; a row alone against
+the same row among 17, with 1 and 2 threads), and bounds against a float64 reference.
+The builds tried are those this machine runs, the VNNI paths through SIMDe's emulation of
+their one extra instruction, and, where Debian's aarch64 cross compiler and qemu-user are
+installed (.ci/run installs them), the NEON build under qemu.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gguf_blocks import ALL_TYPES, dequantize, random_blocks, type_id
+from specdec_core.cpu import build
+
+P = lambda a: a.ctypes.data  # noqa: E731
+
+
+@pytest.fixture(scope="module")
+def portable():
+    return build.load_variant(build.BY_NAME["portable"])
+
+
+def _simd_builds():
+    """Every build this machine can run besides the portable one, emulated VNNI included."""
+    out = [v for v in build.runnable() if v.name != "portable"]
+    if Path("/usr/include/simde/x86/avx512/dpbusd.h").is_file() and build.BY_NAME["avx2"] in out:
+        out += list(build.EMULATED)
+    return out
+
+
+SIMD = _simd_builds()
+# the activation block each weight type takes (0: float activations)
+ACT_BLOCK = {**{n: 32 for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")}, **{n: 256 for n in ("Q4_K", "Q5_K", "Q6_K")}}
+
+
+def matmul(k, x: np.ndarray, raw: np.ndarray, name: str, threads: int = 1, rowmap=None) -> np.ndarray:
+    m, kdim = x.shape
+    n = raw.shape[0] if rowmap is None else len(rowmap)
+    y = np.full((m, n), np.nan, np.float32)
+    rc = k.lib.sd_matmul(P(x), m, kdim, type_id(name), P(raw), n, raw.shape[1],
+                         None if rowmap is None else P(rowmap), P(y), n, threads)
+    assert rc == 0
+    return y
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+# ---------------------------------------------------------------- hand-built cases
+
+
+def test_q4_0_hand_built_block(portable):
+    # one block, d = 0.5: codes 0..15 then 15..0 -> weights (q - 8) * 0.5
+    codes = list(range(16)) + list(range(15, -1, -1))
+    qs = bytes((codes[j] | (codes[j + 16] << 4)) for j in range(16))
+    raw = np.frombuffer(np.float16(0.5).tobytes() + qs, dtype=np.uint8).reshape(1, 18).copy()
+    w = dequantize(raw, "Q4_0", 32)[0]
+    assert w.tolist() == [(c - 8) * 0.5 for c in codes]
+    # x = 127 at element 0, 0 elsewhere: one code, scale 1 -> y = w[0] exactly
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = 127.0
+    assert matmul(portable, x, raw, "Q4_0")[0, 0] == w[0] * 127
+
+
+def test_activations_quantize_to_nearest_even_codes(portable):
+    x = np.array([[127.0, -127.0, 0.5, 1.5, 2.5, -0.5, 63.5, 0.0] + [0.0] * 24], np.float32)
+    q, d, s = np.zeros(32, np.int8), np.zeros(1, np.float32), np.zeros(2, np.int16)
+    portable.lib.sd_quantize_act(P(x), 1, 32, 32, P(q), P(d), P(s))
+    assert d[0] == np.float32(127.0) / np.float32(127.0)
+    assert q[:8].tolist() == [127, -127, 0, 2, 2, 0, 64, 0]  # ties to even
+    assert s.tolist() == [int(q[:16].sum()), int(q[16:].sum())]
+
+
+def test_zero_rows_quantize_to_zero(portable):
+    x = np.zeros((2, 256), np.float32)
+    raw = random_blocks("Q4_K", 3, 256, np.random.default_rng(0))
+    assert not matmul(portable, x, raw, "Q4_K").any()
+
+
+# ---------------------------------------------------------------- exact equalities
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_decoders_equal_gguf_py_bit_for_bit(portable, name):
+    rng = np.random.default_rng(1)
+    raw = random_blocks(name, 7, 512, rng)
+    ref = dequantize(raw, name, 512)
+    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+        out = np.empty_like(ref)
+        k.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], None, 7, 512, P(out))
+        assert np.array_equal(bits(out), bits(ref)), k.name
+    # rows gathered by index (an embedding lookup)
+    idx = np.array([6, 0, 3, 3], np.int32)
+    out = np.empty((4, 512), np.float32)
+    portable.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], P(idx), 4, 512, P(out))
+    assert np.array_equal(bits(out), bits(ref[idx]))
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_rows_alone_equal_rows_together_for_any_thread_count(portable, name):
+    """Batch invariance: each of 17 rows computed alone equals it computed among 17, with 1 and
+    2 threads, on every build; and every build equals the portable one."""
+    rng = np.random.default_rng(2)
+    kdim = 768 if name not in ("Q4_K", "Q5_K", "Q6_K") else 1024
+    raw = random_blocks(name, 40, kdim, rng)
+    x = rng.standard_normal((17, kdim)).astype(np.float32)
+    x[3] *= 100  # an outlier row: other scales, same rules
+    ref = matmul(portable, x, raw, name, threads=1)
+    assert not np.isnan(ref).any()
+    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+        for threads in (1, 2):
+            together = matmul(k, x, raw, name, threads)
+            assert np.array_equal(bits(together), bits(ref)), (k.name, threads)
+            for rows in (slice(0, 1), slice(5, 7), slice(8, 17)):
+                alone = matmul(k, np.ascontiguousarray(x[rows]), raw, name, threads)
+                assert np.array_equal(bits(alone), bits(ref[rows])), (k.name, threads, rows)
+
+
+def test_row_map_reads_rows_in_its_order(portable):
+    rng = np.random.default_rng(3)
+    raw = random_blocks("Q4_K", 8, 256, rng)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    perm = np.array([7, 0, 6, 1, 5, 2, 4, 3], np.int32)
+    assert np.array_equal(matmul(portable, x, raw, "Q4_K", rowmap=perm), matmul(portable, x, raw, "Q4_K")[:, perm])
+
+
+def test_exp_is_the_same_everywhere_and_close_to_libm(portable):
+    x = np.linspace(-90, 90, 10_001, dtype=np.float32)
+    ref = x.copy()
+    portable.lib.sd_exp(P(ref), ref.size)
+    for v in SIMD:
+        y = x.copy()
+        build.load_variant(v).lib.sd_exp(P(y), y.size)
+        assert np.array_equal(bits(y), bits(ref)), v.name
+    inside = (x > -87) & (x < 88)
+    rel = np.abs(ref[inside].astype(np.float64) / np.exp(x[inside].astype(np.float64)) - 1)
+    assert rel.max() < 4e-7  # a few ulp
+    assert ref[0] > 0 and np.isfinite(ref[-1])  # clamped, never 0 or inf
+
+
+# ---------------------------------------------------------------- against float64
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_dot_within_the_activation_rounding_bound(portable, name):
+    """|y - x.W| is at most what rounding x to 8-bit codes can move it -- sum over blocks of
+    (amax/127)/2 * sum|w| -- plus float32 rounding; and with x replaced by its own codes the
+    integer part is exact, leaving float32 rounding only."""
+    rng = np.random.default_rng(4)
+    kdim = 512
+    raw = random_blocks(name, 24, kdim, rng)
+    w = dequantize(raw, name, kdim).astype(np.float64)
+    x = rng.standard_normal((5, kdim)).astype(np.float32)
+    y = matmul(portable, x, raw, name).astype(np.float64)
+    exact = x.astype(np.float64) @ w.T
+    float_tol = 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(w).T) + 1e-30
+    blk = ACT_BLOCK.get(name, 0)
+    if blk == 0:  # float weights take float activations: only float32 rounding
+        assert (np.abs(y - exact) <= float_tol).all()
+        return
+    amax = np.abs(x).reshape(5, kdim // blk, blk).max(-1).astype(np.float64)  # [rows, blocks]
+    wabs = np.abs(w).reshape(24, kdim // blk, blk).sum(-1)  # [cols, blocks]
+    bound = (amax / 127 / 2) @ wabs.T
+    assert (np.abs(y - exact) <= bound * 1.0001 + float_tol).all()
+    # the same with x on its own 8-bit grid: nothing left but float32 rounding
+    q = np.zeros((5, kdim), np.int8)
+    d = np.zeros((5, kdim // blk), np.float32)
+    s = np.zeros((5, kdim // 16), np.int16)
+    portable.lib.sd_quantize_act(P(x), 5, kdim, blk, P(q), P(d), P(s))
+    xq = (q.reshape(5, -1, blk).astype(np.float64) * d[..., None]).reshape(5, kdim)
+    assert (np.abs(y - xq @ w.T) <= float_tol).all()
+
+
+# ---------------------------------------------------------------- NEON, under qemu
+
+NEON_DRIVER = Path(__file__).with_name("cpu_neon_driver.c")
+
+
+def _cross() -> tuple[str, str] | None:
+    cc, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64")
+    return (cc, qemu) if cc and qemu else None
+
+
+@pytest.mark.skipif(_cross() is None, reason="needs aarch64-linux-gnu-gcc and qemu-aarch64 (.ci/run installs them)")
+@pytest.mark.parametrize("flavour", ["neon", "neon-dotprod"])
+def test_neon_build_equals_portable_under_qemu(portable, tmp_path, flavour):
+    """The NEON build, cross-compiled and run under qemu-user, gives the portable build's bits
+    for every type: dequantizing, and matmuls of 1..17 rows with 1 and 2 threads."""
+    cc, qemu = _cross()
+    exe = tmp_path / "driver"
+    march = "-march=armv8.2-a+dotprod" if flavour == "neon-dotprod" else "-march=armv8-a"
+    sources = [str(build.KERNELS / s) for s in build.SOURCES]
+    subprocess.run([cc, *build.CFLAGS, march, "-fopenmp", "-static", *sources, str(NEON_DRIVER), "-o", str(exe),
+                    "-lm"], check=True, capture_output=True)
+    rng = np.random.default_rng(5)
+    for name in ALL_TYPES:
+        kdim = 512
+        raw = random_blocks(name, 19, kdim, rng)
+        x = rng.standard_normal((17, kdim)).astype(np.float32)
+        raw.tofile(tmp_path / "w.bin")
+        x.tofile(tmp_path / "x.bin")
+        proc = subprocess.run([qemu, "-cpu", "max", str(exe), str(type_id(name)), "19", str(kdim), str(raw.shape[1]),
+                               str(tmp_path)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split()[0] == "isa=4"
+        deq = np.fromfile(tmp_path / "deq.bin", np.float32).reshape(19, kdim)
+        assert np.array_equal(bits(deq), bits(dequantize(raw, name, kdim))), name
+        ref = matmul(portable, x, raw, name)
+        for tag in ("all1", "all2", "one1", "one2"):
+            got = np.fromfile(tmp_path / f"{tag}.bin", np.float32).reshape(17, 19)
+            assert np.array_equal(bits(got), bits(ref)), (name, tag)
