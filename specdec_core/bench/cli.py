@@ -40,8 +40,13 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--repeats", type=int_at_least("--repeats"), default=3, help="runs per prompt and mode (default 3)")
     b.add_argument("--warmup-tokens", type=int_at_least("--warmup-tokens", 0), default=16,
                    help="tokens per mode in the excluded warm-up run (0 = no warm-up)")
-    b.add_argument("--baseline", choices=["hf", "none"], default="none",
-                   help="hf: also time transformers' generate() and generate(assistant_model=draft)")
+    b.add_argument("--baseline", default="none", metavar="hf,llama.cpp|none",
+                   help="peers to time beside our modes, comma-separated: hf = transformers' generate() and "
+                        "generate(assistant_model=draft); llama.cpp = llama.cpp's plain decoding and its own "
+                        "speculative decoding on the same GGUF files (needs --llama-cpp)")
+    b.add_argument("--llama-cpp", metavar="DIR", default=None,
+                   help="the folder with llama.cpp's llama-completion and llama-speculative-simple "
+                        "(default: $SPECDEC_LLAMA_CPP; `bash ../shared/tools/build-llamacpp.sh` builds them)")
     b.add_argument("--note", default=None, help="a sentence about the conditions, copied into the report")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--out", required=True, metavar="DIR", help="where report.json, report.md and the PNGs go")
@@ -61,7 +66,10 @@ def command_line(args) -> str:
     if args.temperature > 0:
         parts += ["--top-k", str(args.top_k), "--top-p", f"{args.top_p:g}", "--seed", str(args.seed)]
     parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens),
-              "--baseline", args.baseline, "--device", args.device, "--dtype", args.dtype]
+              "--baseline", args.baseline]
+    if args.llama_cpp:
+        parts += ["--llama-cpp", args.llama_cpp]
+    parts += ["--device", args.device, "--dtype", args.dtype]
     if args.quantization:
         parts += ["--quantization", args.quantization]
     parts += ["--out", args.out]
@@ -82,7 +90,7 @@ def _run(args) -> int:
     from ..sampling import SamplingParams
     from .machine import load_average, machine_info
     from .memory import PeakMemory
-    from .modes import build_modes, parse_draft_lengths, parse_lookup_tokens
+    from .modes import build_modes, parse_baselines, parse_draft_lengths, parse_lookup_tokens
     from .plots import write_plots
     from .prompts import load_prompts
     from .report import build_rows, render_markdown, summarize, write_json
@@ -99,8 +107,13 @@ def _run(args) -> int:
     if args.categories is not None and not cats:
         raise BenchError("--categories: give at least one category name, e.g. code,chat")
     prompts = load_prompts(args.prompts, cats, args.limit)
-    hf = args.baseline == "hf"
-    modes = build_modes(draft_lengths, lookup, hf)
+    baselines = parse_baselines(args.baseline)
+    hf = "hf" in baselines
+    modes = build_modes(draft_lengths, lookup, hf, "llama.cpp" in baselines)
+    if "llama.cpp" in baselines:
+        from .llamacpp import find_tools
+
+        find_tools(args.llama_cpp)  # a missing tool is said before any model loads
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out: {str(out)!r} is a file, not a folder")
@@ -111,7 +124,7 @@ def _run(args) -> int:
     need_draft = any(m.needs_draft for m in modes)
     if need_draft and args.draft in ("none", ""):
         raise BenchError("--draft none: the draft-model modes need a draft; pass --draft-tokens none "
-                         "(and no --baseline hf) to measure without one")
+                         "(and no --baseline) to measure without one")
 
     settings = RunSettings(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
                            args.repeats, args.warmup_tokens)
@@ -129,10 +142,20 @@ def _run(args) -> int:
         from .hf import HFBaseline
 
         baseline = HFBaseline(engine.target, engine.draft)
+    llama = None
+    if "llama.cpp" in baselines:
+        import torch
+
+        from .llamacpp import LlamaCpp
+
+        if engine.target.gguf_path is None or (engine.draft is not None and engine.draft.gguf_path is None):
+            raise BenchError("--baseline llama.cpp compares on the same GGUF files: give GGUF target and draft SPECs")
+        llama = LlamaCpp(args.llama_cpp, engine.target.gguf_path,
+                         engine.draft.gguf_path if engine.draft is not None else None, torch.get_num_threads())
     near_tie = NEAR_TIE_MARGIN.get(engine.target.info.dtype.replace("torch.", ""), 1e-2)
     with PeakMemory(engine.target.info.device) as memory:
         raw = run_suite(engine, prompts, modes, settings, memory, baseline,
-                        progress=not args.no_progress, near_tie=near_tie)
+                        progress=not args.no_progress, near_tie=near_tie, llama=llama)
         memory_method = memory.method
     machine["load_average_end"] = load_average()
 
@@ -156,6 +179,7 @@ def _run(args) -> int:
             "repeats": args.repeats,
             "warmup_tokens": args.warmup_tokens,
             "baseline": args.baseline,
+            "threads": __import__("torch").get_num_threads(),
         },
         "modes": [dataclasses.asdict(m) for m in modes],
         "memory_method": memory_method,
@@ -175,11 +199,11 @@ def _run(args) -> int:
 
 
 def _print_summary(report: dict, out: Path) -> None:
-    from .modes import HF_ASSISTED
+    from .modes import HF_ASSISTED, LLAMACPP
 
     overall = report["summary"]["overall"]
     greedy = report["settings"]["temperature"] == 0
-    print(f"{'mode':<24} {'tok/s':>7} {'x std':>6} {'x hf-asst':>9} {'alpha':>6} {'tau':>5}"
+    print(f"{'mode':<24} {'tok/s':>7} {'x std':>6} {'x hf-asst':>9} {'x llama':>7} {'alpha':>6} {'tau':>5}"
           + ("  identical" if greedy else ""))
     for m in report["modes"]:
         f = overall[m["name"]]
@@ -188,7 +212,7 @@ def _print_summary(report: dict, out: Path) -> None:
             return format(v, fmt) if v is not None else "-"
 
         line = (f"{m['name']:<24} {num(f['tokens_per_second'], '7.1f')} {num(f['speedup_vs_standard'], '6.2f')} "
-                f"{num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} "
+                f"{num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} {num(f.get('speedup_vs_' + LLAMACPP), '7.2f')} "
                 f"{num(f['acceptance_rate'], '6.0%')} {num(f['mean_accepted_per_step'], '5.2f')}")
         if greedy:
             line += f"  {f['identical']}/{f['compared']}" if f["compared"] else "  -"

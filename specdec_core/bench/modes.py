@@ -10,6 +10,11 @@ STANDARD = "standard"
 HF_GENERATE = "hf-generate"
 HF_ASSISTED = "hf-assisted"
 PROMPT_LOOKUP = "prompt-lookup"
+LLAMACPP = "llama.cpp"  # llama.cpp's plain decoding (llama-completion)
+LLAMACPP_SPEC = "llama.cpp-spec"  # llama.cpp's speculative decoding (llama-speculative-simple)
+# its default draft length, and the tuned settings the issue compares with
+LLAMACPP_SPEC_DEFAULT = 3
+LLAMACPP_SPEC_TUNED = (16, 0.75)  # --spec-draft-n-max, --spec-draft-p-min
 
 
 @dataclass(frozen=True)
@@ -17,6 +22,7 @@ class Mode:
     name: str  # "standard", "speculative k=4", "speculative adaptive", "prompt-lookup k=4", "hf-generate", ...
     kind: str  # "standard" | "speculative" | "prompt-lookup" | "hf-generate" | "hf-assisted"
     draft_tokens: int | str | None = None  # k, "adaptive", or None (standard, hf baselines)
+    p_min: float | None = None  # llama.cpp's --spec-draft-p-min, where set
 
     @property
     def engine_mode(self) -> str:
@@ -31,8 +37,12 @@ class Mode:
         return self.kind in (HF_GENERATE, HF_ASSISTED)
 
     @property
+    def is_llamacpp(self) -> bool:
+        return self.kind in (LLAMACPP, LLAMACPP_SPEC)
+
+    @property
     def needs_draft(self) -> bool:
-        return self.kind in ("speculative", HF_ASSISTED)
+        return self.kind in ("speculative", HF_ASSISTED, LLAMACPP_SPEC)
 
     @property
     def proposes(self) -> bool:
@@ -67,6 +77,18 @@ def parse_draft_lengths(value: str) -> list[int | str]:
     return out
 
 
+BASELINES = ("hf", "llama.cpp", "none")
+
+
+def parse_baselines(value: str) -> set[str]:
+    """"hf,llama.cpp" -> {"hf", "llama.cpp"}; "none" -> set()."""
+    names = {v.strip() for v in value.split(",") if v.strip()}
+    bad = names - set(BASELINES)
+    if bad or not names:
+        raise BenchError(f"--baseline takes a comma-separated list of {', '.join(BASELINES)}; got {value!r}")
+    return names - {"none"}
+
+
 def parse_lookup_tokens(value: str) -> int | str | None:
     value = value.strip()
     if value == "none":
@@ -82,8 +104,9 @@ def parse_lookup_tokens(value: str) -> int | str | None:
     return k
 
 
-def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None, hf_baseline: bool) -> list[Mode]:
-    """standard first, then our speculative modes, then the transformers baselines."""
+def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None, hf_baseline: bool,
+                llamacpp_baseline: bool = False) -> list[Mode]:
+    """standard first, then our speculative modes, then the transformers and llama.cpp baselines."""
     modes = [Mode(STANDARD, STANDARD)]
     fixed = sorted(k for k in draft_lengths if k != "adaptive")
     for k in fixed:
@@ -96,4 +119,10 @@ def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None,
     if hf_baseline:
         modes.append(Mode(HF_GENERATE, HF_GENERATE))
         modes.append(Mode(HF_ASSISTED, HF_ASSISTED))
+    if llamacpp_baseline:
+        modes.append(Mode(LLAMACPP, LLAMACPP))
+        if draft_lengths:
+            modes.append(Mode(f"llama.cpp spec k={LLAMACPP_SPEC_DEFAULT}", LLAMACPP_SPEC, LLAMACPP_SPEC_DEFAULT))
+            n, p = LLAMACPP_SPEC_TUNED
+            modes.append(Mode(f"llama.cpp spec k<={n} p>={p:g}", LLAMACPP_SPEC, n, p))
     return modes

@@ -13,11 +13,13 @@ import json
 import statistics
 from pathlib import Path
 
-from .modes import HF_ASSISTED, HF_GENERATE, STANDARD, Mode
+from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 
 METRICS = ("tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate", "mean_accepted_per_step",
            "peak_memory_bytes", "new_tokens", "target_forward_passes", "draft_forward_passes", "mean_draft_length")
-REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED)
+REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED, LLAMACPP)
+# per prompt, the fastest of llama.cpp's modes (plain, speculative at its default, tuned)
+LLAMACPP_BEST = "llama.cpp-best"
 CODE, CHAT = "code", "chat"
 
 
@@ -50,6 +52,8 @@ def build_rows(runs: list[dict], prompts, modes: list[Mode]) -> list[dict]:
             ident = [r.get("identical_to_standard") for r in ok]
             ident_known = [x for x in ident if x is not None]
             divergence = next((r["divergence"] for r in ok if r.get("divergence")), None)
+            same = [r.get("same_text_as_plain") for r in ok if r.get("same_text_as_plain") is not None]
+            parts_at = next((r["text_parts_at"] for r in ok if r.get("text_parts_at") is not None), None)
             row = {
                 "category": p.category,
                 "prompt_id": p.id,
@@ -59,6 +63,8 @@ def build_rows(runs: list[dict], prompts, modes: list[Mode]) -> list[dict]:
                 **{k: stats[k]["median"] for k in METRICS},
                 "identical_to_standard": all(ident_known) if ident_known else None,
                 "divergence": divergence,
+                "same_text_as_plain": all(same) if same else None,  # llama.cpp's spec text vs its plain text
+                "text_parts_at": parts_at,
                 "per_position_acceptance": [a / q if q else None for a, q in zip(accepted, proposed)],
                 "per_position_proposed": proposed,
                 "per_position_accepted": accepted,
@@ -99,12 +105,21 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
         f[k] = _median([r[k] for r in mine.values()])
     f["tokens_per_second_min"] = min((r["stats"]["tokens_per_second"]["min"] for r in mine.values()), default=None)
     f["tokens_per_second_max"] = max((r["stats"]["tokens_per_second"]["max"] for r in mine.values()), default=None)
-    for ref in REFERENCES:
-        refs = {r["prompt_id"]: r for r in sel if r["mode"] == ref and r["tokens_per_second"]}
+    best: dict[str, dict] = {}  # prompt -> llama.cpp's fastest row there
+    for r in sel:
+        if r["kind"] in (LLAMACPP, LLAMACPP_SPEC) and r["tokens_per_second"]:
+            if r["prompt_id"] not in best or r["tokens_per_second"] > best[r["prompt_id"]]["tokens_per_second"]:
+                best[r["prompt_id"]] = r
+    for ref in REFERENCES + (LLAMACPP_BEST,):
+        refs = best if ref == LLAMACPP_BEST else {
+            r["prompt_id"]: r for r in sel if r["mode"] == ref and r["tokens_per_second"]}
         ratios = [mine[p]["tokens_per_second"] / refs[p]["tokens_per_second"] for p in mine if p in refs]
         f[f"speedup_vs_{ref}"] = _median(ratios)
         f[f"speedup_vs_{ref}_min"] = min(ratios) if ratios else None
         f[f"speedup_vs_{ref}_max"] = max(ratios) if ratios else None
+    same = [r["same_text_as_plain"] for r in mine.values() if r.get("same_text_as_plain") is not None]
+    f["same_text_as_plain"] = sum(same)
+    f["same_text_compared"] = len(same)
     ident = [r["identical_to_standard"] for r in mine.values() if r["identical_to_standard"] is not None]
     f["identical"] = sum(ident)
     f["compared"] = len(ident)
@@ -201,6 +216,9 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         head.append("× hf generate")
     if HF_ASSISTED in has:
         head.append("× hf assisted")
+    llama = LLAMACPP in has
+    if llama:
+        head += ["× llama.cpp", "× llama.cpp best"]
     head += ["latency s", "TTFT s", "α accept", "τ tokens/step", "mean k"]
     if greedy:
         head.append("identical")
@@ -215,6 +233,8 @@ def render_markdown(report: dict, plots: list[str]) -> str:
             cells.append(_x(f["speedup_vs_hf-generate"]))
         if HF_ASSISTED in has:
             cells.append(_x(f["speedup_vs_hf-assisted"]))
+        if llama:
+            cells += ["1×" if name == LLAMACPP else _x(f[f"speedup_vs_{LLAMACPP}"]), _x(f[f"speedup_vs_{LLAMACPP_BEST}"])]
         cells += [_f(f["latency_s"]), _f(f["ttft_s"]), _pct(f["acceptance_rate"]),
                   _f(f["mean_accepted_per_step"]), _f(f["mean_draft_length"], 1)]
         if greedy:
@@ -236,8 +256,9 @@ def render_markdown(report: dict, plots: list[str]) -> str:
                                                      for c in cats) + " |")
     L.append("")
     for ref, title in ((STANDARD, "standard"), (HF_ASSISTED, "transformers assisted generation"),
-                       (HF_GENERATE, "plain transformers generate")):
-        if ref not in has:
+                       (HF_GENERATE, "plain transformers generate"), (LLAMACPP, "llama.cpp's plain decoding"),
+                       (LLAMACPP_BEST, "llama.cpp's best mode on each prompt")):
+        if ref not in has and not (ref == LLAMACPP_BEST and llama):
             continue
         L.append(f"### Speedup vs {title}, by category\n")
         L.append("| mode | " + " | ".join(cats) + " |")
@@ -281,6 +302,19 @@ def render_markdown(report: dict, plots: list[str]) -> str:
                          f"{_tok(d.get('text_standard'))} | {_tok(d.get('text_mode'))} | "
                          f"{_f(d.get('margin'), 4)} | {'yes' if d.get('near_tie') else '**no**'} |")
             L.append("")
+
+    # -- llama.cpp's own exactness ----------------------------------------------------------------
+    lspec = [r for r in report["rows"] if r["kind"] == LLAMACPP_SPEC and r["same_text_as_plain"] is not None]
+    if greedy and lspec:
+        L.append("## llama.cpp: speculative text vs its own plain text at temperature 0\n")
+        L.append("llama.cpp's tokens come from its own kernels, so they are compared with its plain decoding, not "
+                 "with ours (up to the shorter text: its speculative run may write a few tokens past -n).\n")
+        L.append("| prompt | mode | same text? | parts at character |")
+        L.append("|---|---|---|---|")
+        for r in lspec:
+            L.append(f"| {r['prompt_id']} | {_mode_label(r['mode'])} | {'yes' if r['same_text_as_plain'] else '**no**'}"
+                     f" | {'–' if r['text_parts_at'] is None else r['text_parts_at']} |")
+        L.append("")
 
     # -- per prompt ----------------------------------------------------------------------------
     L.append("## Per prompt (median [min–max] over repeats)\n")
@@ -332,6 +366,15 @@ def render_markdown(report: dict, plots: list[str]) -> str:
              "generation time (prefill included, tokenization excluded), the same definition for every mode.")
     L.append("- **α** (acceptance rate) = accepted / proposed draft tokens; **τ** = new tokens per target forward "
              "pass (prefill counted as one pass); **mean k** = average draft length actually proposed.")
+    if llama:
+        L.append(f"- **llama.cpp** is llama.cpp's `llama-completion` (plain decoding) and `llama-speculative-simple "
+                 f"--spec-type draft-simple` (its speculative decoding: at its default draft length, and tuned with "
+                 f"`--spec-draft-n-max 16 --spec-draft-p-min 0.75`), each run as its own process on the same GGUF files, "
+                 f"the prompt text our chat template renders, {s.get('threads', '?')} threads for target and draft, "
+                 f"greedy at temperature 0. Its tok/s is from its own timings: generated tokens / (prompt "
+                 f"processing + decoding), prefill included like ours; its latency column is the whole process "
+                 f"(start-up and model mapping included). **× llama.cpp best** compares with the fastest llama.cpp "
+                 f"mode on each prompt. Its α is n_accept / n_drafted; it reports no τ.")
     if HF_ASSISTED in has or HF_GENERATE in has:
         L.append("- **hf generate / hf assisted** are transformers' `model.generate()` and "
                  "`model.generate(assistant_model=draft)` on the same loaded models and prompt ids, with a clean "
@@ -394,6 +437,11 @@ def _key_ratios(summ: dict, names: list[str], has: set[str]) -> list[str]:
         cols.append(("× hf assisted, all", summ["overall"], f"speedup_vs_{HF_ASSISTED}"))
     if HF_GENERATE in has:
         cols.append(("× hf generate, all", summ["overall"], f"speedup_vs_{HF_GENERATE}"))
+    if LLAMACPP in has:
+        cols.append(("× llama.cpp, all", summ["overall"], f"speedup_vs_{LLAMACPP}"))
+        for cat in (CODE, CHAT):
+            if cat in cats:
+                cols.append((f"× llama.cpp best, {cat}", cats[cat], f"speedup_vs_{LLAMACPP_BEST}"))
     if CODE in cats:
         cols.append(("τ, code", cats[CODE], "mean_accepted_per_step"))
     if len(cols) < 2:

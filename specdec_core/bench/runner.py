@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .modes import HF_ASSISTED, STANDARD, Mode
+from .modes import HF_ASSISTED, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 
 # A divergence at a target top-2 logit margin at or below this is a floating-point near-tie
 # (the two candidate tokens score the same to within the precision's rounding); above it,
@@ -45,7 +45,7 @@ class RunSettings:
 
 
 def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
-              progress: bool = True, near_tie: float = 1e-2) -> dict:
+              progress: bool = True, near_tie: float = 1e-2, llama=None) -> dict:
     """-> {"runs": [record, ...], "warmup": [record, ...]}; records are plain dicts."""
     from tqdm import tqdm
 
@@ -67,7 +67,7 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                              settings.top_k, settings.top_p, settings.seed, 1, 0)
             for mode in warm:
                 bar.set_postfix_str(f"warm-up {mode.name}", refresh=False)
-                rec = run_one(engine, prompts[0], mode, ws, sample_seed(settings.seed, 0), memory, hf)
+                rec = run_one(engine, prompts[0], mode, ws, sample_seed(settings.seed, 0), memory, hf, llama)
                 rec["repeat"] = -1
                 warmup.append(_public(rec))
                 bar.update(1)
@@ -80,13 +80,14 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                 recs: dict[str, dict] = {}
                 for pos, mode in enumerate(order):
                     bar.set_postfix_str(f"{prompt.id} #{r + 1} {mode.name}", refresh=False)
-                    rec = run_one(engine, prompt, mode, settings, seed, memory, hf)
+                    rec = run_one(engine, prompt, mode, settings, seed, memory, hf, llama)
                     rec["repeat"] = r
                     rec["order"] = pos
                     recs[mode.name] = rec
                     bar.update(1)
                 if settings.greedy:
                     _mark_identical(recs, engine.tokenizer, near_tie)
+                    _mark_llamacpp_identical(recs)
                 for mode in modes:  # stored in mode order, whatever order they ran in
                     runs.append(_public(recs[mode.name]))
                 group += 1
@@ -96,20 +97,74 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
     return {"runs": runs, "warmup": warmup}
 
 
-def run_one(engine, prompt, mode: Mode, settings: RunSettings, seed: int, memory, hf=None) -> dict:
+def run_one(engine, prompt, mode: Mode, settings: RunSettings, seed: int, memory, hf=None, llama=None) -> dict:
     """One measured generation; a raw record (with token ids and events for the identity check)."""
     gc.collect()
     rec = {"prompt_id": prompt.id, "category": prompt.category, "mode": mode.name, "kind": mode.kind,
            "draft_tokens": mode.draft_tokens, "error": None}
-    if mode.is_hf:
+    if mode.is_hf or mode.is_llamacpp:
         try:
-            return _run_hf(engine, prompt, mode, settings, seed, memory, hf, rec)
+            if mode.is_hf:
+                return _run_hf(engine, prompt, mode, settings, seed, memory, hf, rec)
+            return _run_llamacpp(engine, prompt, mode, settings, seed, llama, rec)
         except Exception as exc:  # noqa: BLE001 -- the peer failing is a result, not our crash
             memory.stop()
             rec.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300], tokens_per_second=None,
                        token_ids=None, events=None)
             return rec
     return _run_engine(engine, prompt, mode, settings, seed, memory, rec)
+
+
+def _run_llamacpp(engine, prompt, mode, settings, seed, llama, rec) -> dict:
+    """llama.cpp in its own process on the prompt text our chat template renders; its own
+    timings (prefill + decoding), so its start-up and model mapping are left out."""
+    if llama is None:
+        raise RuntimeError("the llama.cpp baseline was not set up")
+    text = engine.tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=False)
+    sampling = (settings.temperature, settings.top_k, settings.top_p, seed)
+    t0 = time.perf_counter()
+    if mode.kind == LLAMACPP:
+        res = llama.plain(text, settings.max_new_tokens, *sampling)
+    else:
+        res = llama.speculative(text, settings.max_new_tokens, mode.draft_tokens, mode.p_min, *sampling)
+    wall = time.perf_counter() - t0
+    rec.update(
+        prompt_tokens=res.prompt_tokens,
+        new_tokens=res.new_tokens,
+        latency_s=wall,  # the whole process: start-up and model mapping included
+        ttft_s=res.prefill_s,
+        tokenize_s=None,
+        generate_s=res.seconds,
+        detokenize_s=None,
+        tokens_per_second=res.tokens_per_second,
+        acceptance_rate=(res.accepted / res.drafted) if res.drafted else None,
+        mean_accepted_per_step=None,
+        target_forward_passes=None,
+        draft_forward_passes=None,
+        per_position_proposed=[],
+        per_position_accepted=[],
+        mean_draft_length=None,
+        peak_memory_bytes=res.peak_rss_bytes,
+        stop_reason=None,
+        text=res.text,
+        token_ids=None,
+        events=None,
+    )
+    return rec
+
+
+def _mark_llamacpp_identical(recs: dict[str, dict]) -> None:
+    """Temperature 0: is each of llama.cpp's speculative texts its plain text (up to the
+    shorter)? Its tokens are not ours (other kernels), so it is compared with itself."""
+    from .llamacpp import first_difference
+
+    plain = next((r for r in recs.values() if r["kind"] == LLAMACPP and not r.get("error")), None)
+    for rec in recs.values():
+        if rec["kind"] != LLAMACPP_SPEC or rec.get("error") or plain is None:
+            continue
+        at = first_difference(plain["text"], rec["text"])
+        rec["same_text_as_plain"] = at is None
+        rec["text_parts_at"] = at
 
 
 def _run_engine(engine, prompt, mode, settings, seed, memory, rec) -> dict:
@@ -213,7 +268,7 @@ def _mark_identical(recs: dict[str, dict], tokenizer, near_tie: float) -> None:
     for name, rec in recs.items():
         if name == STANDARD:
             continue
-        if rec.get("token_ids") is None:  # the baseline failed: nothing to compare
+        if rec.get("token_ids") is None:  # the baseline failed, or is llama.cpp (its own tokens): not compared
             rec["identical_to_standard"] = None
             rec["divergence"] = None
             continue
@@ -262,4 +317,6 @@ def _public(rec: dict) -> dict:
     out = {k: v for k, v in rec.items() if k not in ("events", "token_ids")}
     out.setdefault("identical_to_standard", None)
     out.setdefault("divergence", None)
+    out.setdefault("same_text_as_plain", None)
+    out.setdefault("text_parts_at", None)
     return out
