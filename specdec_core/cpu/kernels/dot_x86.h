@@ -5,6 +5,15 @@
    The integer sums are exact whatever the lane layout, and the float steps follow
    dot_portable.h's order, so the results equal it bit for bit (tests/test_cpu_kernel.py). */
 
+/* Keep an accumulator in its register, in program order: without it GCC reassociates a row's
+   chain of integer adds into a tree, computes every product first and spills them to the stack
+   (measured: 2x slower multi-row passes). Integer adds are exact, so only speed is at stake. */
+#if defined(__GNUC__)
+#define SD_KEEP(v) __asm__("" : "+x"(v))
+#else
+#define SD_KEEP(v) (void)0
+#endif
+
 SD_INLINE float h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 
 /* int32 lanes of 32 u8 x s8 products, 4 to a lane. SD_VNNI (set by build.py): 1 = AVX512-VNNI
@@ -138,78 +147,169 @@ SD_INLINE void unpack_k(int type, const uint8_t* blk, kblock* k) {
   k->dmin = h2f(five ? b5->dmin : b4->dmin);
 }
 
-SD_INLINE void krow(const kblock* k, const int8_t* x, const int16_t* bs, int32_t* S1, int32_t* S2) {
-  __m256i s = _mm256_setzero_si256();
+/* R rows (R = 1, 2, 4 or 8, a constant where it is inlined) against one unpacked super-block:
+   lane r of the result holds row r's S1, lane r of *S2 its S2 (lanes past R are 0). Each row
+   keeps its own accumulator in a register through the 8 chunks; the horizontal sums of all R
+   rows are shared (hsum8x8). */
+SD_INLINE __m256i ktile(const int R, const kblock* k, const int8_t* x, int64_t ldx, const int16_t* bs, int64_t ldb,
+                        __m256i* S2) {
+  __m256i s[8], t[8];
 #pragma GCC unroll 8
-  for (int c = 0; c < 8; c++) {
-    const __m256i p = _mm256_maddubs_epi16(k->c[c], _mm256_loadu_si256((const __m256i*)(x + 32 * c)));
-    s = _mm256_add_epi32(s, _mm256_madd_epi16(p, k->scv[c]));
-  }
-  hsum2(s, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs), k->mn16), S1, S2);
-}
-
-/* four rows at once: their S1 in lanes 0-3 and S2 in lanes 4-7 of one vector (the horizontal
-   sums shared: 9 operations for four rows instead of 16) */
-SD_INLINE __m256i krow4(const kblock* k, const int8_t* x0, const int8_t* x1, const int8_t* x2, const int8_t* x3,
-                        const int16_t* b0, const int16_t* b1, const int16_t* b2, const int16_t* b3) {
-  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-#pragma GCC unroll 8
+  for (int r = 0; r < 8; r++) s[r] = _mm256_setzero_si256();
   for (int c = 0; c < 8; c++) {
     const __m256i q = k->c[c], sc = k->scv[c];
-    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)(x0 + 32 * c))), sc));
-    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)(x1 + 32 * c))), sc));
-    s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)(x2 + 32 * c))), sc));
-    s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)(x3 + 32 * c))), sc));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(
+          _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)(x + r * ldx + 32 * c))), sc));
+      SD_KEEP(s[r]);
+    }
   }
-  const __m256i t0 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)b0), k->mn16);
-  const __m256i t1 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)b1), k->mn16);
-  const __m256i t2 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)b2), k->mn16);
-  const __m256i t3 = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)b3), k->mn16);
-  const __m256i u = _mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3));
-  const __m256i v = _mm256_hadd_epi32(_mm256_hadd_epi32(t0, t1), _mm256_hadd_epi32(t2, t3));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(u, v, 0x20), _mm256_permute2x128_si256(u, v, 0x31));
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; r++)
+    t[r] = r < R ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(bs + r * ldb)), k->mn16) : _mm256_setzero_si256();
+  *S2 = hsum8x8(t);
+  return hsum8x8(s);
+}
+
+/* One group of up to 8 rows (R valid) on one super-block: their accumulators are the 8
+   lanes of accg (aligned; lanes past R stay 0), read and written as one vector so the next
+   super-block's load is forwarded from this store. */
+SD_INLINE void kgroup(const int R, const kblock* k, int six, const sd_act* a, int64_t m0, int64_t b, float* accg) {
+  const int64_t K = a->K, nb = K / QKK, ns = K / 16;
+  __m256i S2;
+  const __m256i S1 = ktile(R, k, a->qs + m0 * K + b * QKK, K, a->sums + m0 * ns + b * 16, ns, &S2);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(R), lane));
+  const __m256 dxv = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), a->d + m0 * nb + b,
+                                              _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)nb)), valid, 4);
+  __m256 v = _mm256_load_ps(accg);
+  if (six) {
+    v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k->d), dxv),
+                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(S1, _mm256_slli_epi32(S2, 5)))));
+  } else {
+    v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k->d), dxv), _mm256_cvtepi32_ps(S1)));
+    v = _mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k->dmin), dxv), _mm256_cvtepi32_ps(S2)));
+  }
+  _mm256_store_ps(accg, v);
+}
+
+/* One row on one super-block with nothing unpacked to memory: codes and scale vectors go
+   straight from the block into the dot (the M = 1 pass: standard decoding, drafting). */
+SD_INLINE void krow1(const int TYPE, const uint8_t* blk, const int8_t* x, const int16_t* bs, int32_t* S1, int32_t* S2,
+                     float* d, float* dmin) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i s = _mm256_setzero_si256(), t;
+  if (TYPE == SD_Q6_K) {
+    const blk_q6_K* b = (const blk_q6_K*)blk;
+    const __m256i m2 = _mm256_set1_epi8(0x03);
+    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales));
+    const __m256i lo = _mm256_permute2x128_si256(sc, sc, 0x00), hi = _mm256_permute2x128_si256(sc, sc, 0x11);
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; half++) {
+      const __m256i l0 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * half));
+      const __m256i l1 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * half + 32));
+      const __m256i h = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * half));
+      const __m256i c[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      const __m256i sv = half ? hi : lo;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        const __m256i p = _mm256_maddubs_epi16(c[j], _mm256_loadu_si256((const __m256i*)(x + 128 * half + 32 * j)));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, splat16(sv, 2 * j, 2 * j + 1)));
+        SD_KEEP(s);
+      }
+    }
+    t = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs), sc);
+    *d = h2f(b->d);
+    *dmin = 0.0f;
+  } else {
+    const blk_q4_K* b4 = (const blk_q4_K*)blk;
+    const blk_q5_K* b5 = (const blk_q5_K*)blk;
+    const uint8_t* qs = TYPE == SD_Q5_K ? b5->qs : b4->qs;
+    uint8_t scm[16]; /* 8 scales, then 8 mins */
+    scales_k4(TYPE == SD_Q5_K ? b5->scales : b4->scales, scm, scm + 8);
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)scm)); /* sc | mn, int16 */
+    const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);
+    const __m256i hb = TYPE == SD_Q5_K ? _mm256_loadu_si256((const __m256i*)b5->qh) : _mm256_setzero_si256();
+    const __m256i one = _mm256_set1_epi8(1);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+      const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if (TYPE == SD_Q5_K) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+      }
+      const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(x + 64 * c)));
+      const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(x + 64 * c + 32)));
+      s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_madd_epi16(pl, splat16(sc, 2 * c, 2 * c)),
+                                                _mm256_madd_epi16(ph, splat16(sc, 2 * c + 1, 2 * c + 1))));
+      SD_KEEP(s);
+    }
+    /* mins for the 16 sums: m_j for sums 2j and 2j+1 */
+    const __m128i m8 = _mm_loadl_epi64((const __m128i*)(scm + 8));
+    t = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
+    *d = h2f(TYPE == SD_Q5_K ? b5->d : b4->d);
+    *dmin = h2f(TYPE == SD_Q5_K ? b5->dmin : b4->dmin);
+  }
+  hsum2(s, t, S1, S2);
+}
+
+SD_INLINE float row1_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a) {
+  const int64_t nb = K / QKK;
+  const int bb = sd_blk_bytes(TYPE);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; b++) {
+    int32_t S1, S2;
+    float d, dmin;
+    krow1(TYPE, wrow + b * bb, a->qs + b * QKK, a->sums + b * 16, &S1, &S2, &d, &dmin);
+    const float dx = a->d[b];
+    if (TYPE == SD_Q6_K) {
+      acc = acc + (d * dx) * (float)(S1 - 32 * S2);
+    } else {
+      acc = acc + (d * dx) * (float)S1;
+      acc = acc - (dmin * dx) * (float)S2;
+    }
+  }
+  return acc;
 }
 
 static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
-  const int64_t nb = K / QKK, ns = K / 16, M4 = M & ~(int64_t)3;
+  if (M == 1) {
+    y[0] = type == SD_Q4_K ? row1_k(SD_Q4_K, wrow, K, a) : type == SD_Q5_K ? row1_k(SD_Q5_K, wrow, K, a)
+                                                                             : row1_k(SD_Q6_K, wrow, K, a);
+    return;
+  }
+  const int64_t nb = K / QKK, G = (M + 7) / 8;
   const int bb = sd_blk_bytes(type), six = type == SD_Q6_K;
-  float acc1[4];
-  float* acc = M <= 4 ? acc1 : (float*)malloc(sizeof(float) * (size_t)M);
-  for (int64_t m = 0; m < M; m++) acc[m] = 0.0f;
+  SD_ALIGN(32) float acc_small[24];
+  float* acc = G <= 3 ? acc_small : (float*)_mm_malloc(sizeof(float) * 8 * (size_t)G, 32);
+  for (int64_t i = 0; i < 8 * G; i++) acc[i] = 0.0f;
   kblock k;
   for (int64_t b = 0; b < nb; b++) {
     unpack_k(type, wrow + b * bb, &k);
-    const __m128 d = _mm_set1_ps(k.d), dmin = _mm_set1_ps(k.dmin);
-    for (int64_t m = 0; m < M4; m += 4) {
-      const int8_t* x = a->qs + m * K + b * QKK;
-      const int16_t* bs = a->sums + m * ns + b * 16;
-      const __m256i S = krow4(&k, x, x + K, x + 2 * K, x + 3 * K, bs, bs + ns, bs + 2 * ns, bs + 3 * ns);
-      const float* dp = a->d + m * nb + b;
-      const __m128 dx = _mm_setr_ps(dp[0], dp[nb], dp[2 * nb], dp[3 * nb]);
-      const __m128i S1 = _mm256_castsi256_si128(S), S2 = _mm256_extracti128_si256(S, 1);
-      __m128 av = _mm_loadu_ps(acc + m);
-      if (six) {
-        av = _mm_add_ps(av, _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(_mm_sub_epi32(S1, _mm_slli_epi32(S2, 5)))));
-      } else {
-        av = _mm_add_ps(av, _mm_mul_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(S1)));
-        av = _mm_sub_ps(av, _mm_mul_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(S2)));
-      }
-      _mm_storeu_ps(acc + m, av);
-    }
-    for (int64_t m = M4; m < M; m++) {
-      int32_t S1, S2;
-      krow(&k, a->qs + m * K + b * QKK, a->sums + m * ns + b * 16, &S1, &S2);
-      const float dx = a->d[m * nb + b];
-      if (six) {
-        acc[m] = acc[m] + (k.d * dx) * (float)(S1 - 32 * S2);
-      } else {
-        acc[m] = acc[m] + (k.d * dx) * (float)S1;
-        acc[m] = acc[m] - (k.dmin * dx) * (float)S2;
+    for (int64_t g = 0; g < G; g++) {
+      float* accg = acc + 8 * g;
+      switch (M - 8 * g < 8 ? (int)(M - 8 * g) : 8) {
+        case 8: kgroup(8, &k, six, a, 8 * g, b, accg); break;
+        case 7: kgroup(7, &k, six, a, 8 * g, b, accg); break;
+        case 6: kgroup(6, &k, six, a, 8 * g, b, accg); break;
+        case 5: kgroup(5, &k, six, a, 8 * g, b, accg); break;
+        case 4: kgroup(4, &k, six, a, 8 * g, b, accg); break;
+        case 3: kgroup(3, &k, six, a, 8 * g, b, accg); break;
+        case 2: kgroup(2, &k, six, a, 8 * g, b, accg); break;
+        default: kgroup(1, &k, six, a, 8 * g, b, accg); break;
       }
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = acc[m];
-  if (acc != acc1) free(acc);
+  if (acc != acc_small) _mm_free(acc);
 }
 
 /* ---------------------------------------------------------------- 32-element blocks */
@@ -222,85 +322,95 @@ SD_INLINE __m256i bits_to_bytes(uint32_t bits) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
 }
 
-typedef struct {
-  __m256i c[8];  /* unsigned codes; Q8_0: |w| */
-  const int8_t* s[8]; /* Q8_0: w itself, read in place for its sign */
-  SD_ALIGN(32) float d[8];
-  SD_ALIGN(32) float m[8];
-} bgroup;
-
-SD_INLINE void unpack_b(int type, const uint8_t* blocks, int n, bgroup* g) {
+/* Block i of a row of 32-element blocks, TYPE a constant where this is inlined: its 32 codes
+   as unsigned bytes (Q8_0: |w|, with *w the signed codes for the sign), its scale and min. */
+SD_INLINE __m256i bcodes(const int TYPE, const uint8_t* blocks, int i, __m256i* w) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (int i = 0; i < 8; i++) {
-    if (i >= n) {
-      g->c[i] = _mm256_setzero_si256();
-      g->d[i] = g->m[i] = 0.0f;
-      continue;
-    }
-    g->m[i] = 0.0f;
-    switch (type) {
-      case SD_Q4_0: case SD_Q4_1: {
-        const uint8_t* qs;
-        if (type == SD_Q4_0) {
-          const blk_q4_0* b = (const blk_q4_0*)blocks + i;
-          g->d[i] = h2f(b->d);
-          qs = b->qs;
-        } else {
-          const blk_q4_1* b = (const blk_q4_1*)blocks + i;
-          g->d[i] = h2f(b->d);
-          g->m[i] = h2f(b->m);
-          qs = b->qs;
-        }
-        const __m128i v = _mm_loadu_si128((const __m128i*)qs);
-        g->c[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-        break;
-      }
-      case SD_Q5_0: case SD_Q5_1: {
-        const uint8_t *qs, *qh8;
-        if (type == SD_Q5_0) {
-          const blk_q5_0* b = (const blk_q5_0*)blocks + i;
-          g->d[i] = h2f(b->d);
-          qs = b->qs;
-          qh8 = b->qh;
-        } else {
-          const blk_q5_1* b = (const blk_q5_1*)blocks + i;
-          g->d[i] = h2f(b->d);
-          g->m[i] = h2f(b->m);
-          qs = b->qs;
-          qh8 = b->qh;
-        }
-        uint32_t qh;
-        memcpy(&qh, qh8, 4);
-        const __m128i v = _mm_loadu_si128((const __m128i*)qs);
-        const __m256i lo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-        g->c[i] = _mm256_or_si256(lo, _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
-        break;
-      }
-      default: { /* Q8_0 */
-        const blk_q8_0* b = (const blk_q8_0*)blocks + i;
-        g->d[i] = h2f(b->d);
-        g->s[i] = b->qs;
-        g->c[i] = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i*)b->qs),
-                                   _mm256_loadu_si256((const __m256i*)b->qs)); /* |w| */
-        break;
-      }
-    }
+  if (TYPE == SD_Q8_0) {
+    *w = _mm256_loadu_si256((const __m256i*)((const blk_q8_0*)blocks)[i].qs);
+    return _mm256_sign_epi8(*w, *w);
   }
+  const uint8_t* qs = TYPE == SD_Q4_0 ? ((const blk_q4_0*)blocks)[i].qs : TYPE == SD_Q4_1 ? ((const blk_q4_1*)blocks)[i].qs
+                    : TYPE == SD_Q5_0 ? ((const blk_q5_0*)blocks)[i].qs : ((const blk_q5_1*)blocks)[i].qs;
+  const __m128i v = _mm_loadu_si128((const __m128i*)qs);
+  __m256i c = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+  if (TYPE == SD_Q5_0 || TYPE == SD_Q5_1) {
+    uint32_t qh;
+    memcpy(&qh, TYPE == SD_Q5_0 ? ((const blk_q5_0*)blocks)[i].qh : ((const blk_q5_1*)blocks)[i].qh, 4);
+    c = _mm256_or_si256(c, _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)));
+  }
+  return c;
 }
 
-static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
-  const int64_t nb = K / QK, ng = (nb + 7) / 8, ns = K / 16;
-  const int bb = sd_blk_bytes(type);
-  const int off = type == SD_Q4_0 ? 8 : type == SD_Q5_0 ? 16 : 0;
-  const int with_min = type == SD_Q4_1 || type == SD_Q5_1, q8 = type == SD_Q8_0;
+/* the fp16 scales (or, with mins, the mins) of blocks 0..n-1 as 8 floats, 0 past n */
+SD_INLINE __m256 bscales(const int TYPE, const uint8_t* blocks, int n, int mins) {
+  const int bb = TYPE == SD_Q4_0 ? (int)sizeof(blk_q4_0) : TYPE == SD_Q4_1 ? (int)sizeof(blk_q4_1)
+               : TYPE == SD_Q5_0 ? (int)sizeof(blk_q5_0) : TYPE == SD_Q5_1 ? (int)sizeof(blk_q5_1) : (int)sizeof(blk_q8_0);
+  SD_ALIGN(16) uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int i = 0; i < n; i++) memcpy(h + i, blocks + i * bb + (mins ? 2 : 0), 2);
+  return _mm256_cvtph_ps(_mm_load_si128((const __m128i*)h));
+}
+
+/* one row's 8 lanes += the group's blocks (v: their int32 dot lanes) */
+SD_INLINE __m256 bfinish(const int TYPE, const __m256i v[8], const sd_act* a, int64_t m, int64_t gi, int n, __m256 dw,
+                         __m256 mw, __m256 lanes) {
+  const int64_t K = a->K, nb = K / QK, ns = K / 16;
+  __m256i S = hsum8x8(v), X;
+  __m256 dx;
+  if (n == 8) {
+    X = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a->sums + m * ns + gi * 16)), _mm256_set1_epi16(1));
+    dx = _mm256_loadu_ps(a->d + m * nb + gi * 8);
+  } else { /* a row's last, partial group: read only its own blocks */
+    SD_ALIGN(32) int16_t s16[16] = {0};
+    SD_ALIGN(32) float d8[8] = {0};
+    memcpy(s16, a->sums + m * ns + gi * 16, sizeof(int16_t) * 2 * n);
+    memcpy(d8, a->d + m * nb + gi * 8, sizeof(float) * n);
+    X = _mm256_madd_epi16(_mm256_load_si256((const __m256i*)s16), _mm256_set1_epi16(1));
+    dx = _mm256_load_ps(d8);
+  }
+  if (TYPE == SD_Q4_0) S = _mm256_sub_epi32(S, _mm256_slli_epi32(X, 3));
+  if (TYPE == SD_Q5_0) S = _mm256_sub_epi32(S, _mm256_slli_epi32(X, 4));
+  __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(S));
+  if (TYPE == SD_Q4_1 || TYPE == SD_Q5_1) t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_mul_ps(mw, dx), _mm256_cvtepi32_ps(X)));
+  return _mm256_add_ps(lanes, t);
+}
+
+SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
+  const int64_t nb = K / QK, ng = (nb + 7) / 8;
+  const int bb = sd_blk_bytes(TYPE), with_min = TYPE == SD_Q4_1 || TYPE == SD_Q5_1;
+  if (M == 1) { /* codes straight from the blocks into the dot: no unpacked copy */
+    __m256 lanes = _mm256_setzero_ps();
+    for (int64_t gi = 0; gi < ng; gi++) {
+      const int n = nb - 8 * gi < 8 ? (int)(nb - 8 * gi) : 8;
+      const uint8_t* blocks = wrow + 8 * gi * bb;
+      const int8_t* x = a->qs + gi * 256;
+      __m256i v[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; i++) {
+        if (i < n) {
+          __m256i w, xv = _mm256_loadu_si256((const __m256i*)(x + 32 * i));
+          const __m256i c = bcodes(TYPE, blocks, i, &w);
+          if (TYPE == SD_Q8_0) xv = _mm256_sign_epi8(xv, w);
+          v[i] = dot_u8s8(c, xv);
+        } else {
+          v[i] = _mm256_setzero_si256();
+        }
+      }
+      const __m256 dw = bscales(TYPE, blocks, n, 0), mw = with_min ? bscales(TYPE, blocks, n, 1) : dw;
+      lanes = bfinish(TYPE, v, a, 0, gi, n, dw, mw, lanes);
+    }
+    y[0] = tree8_v(lanes);
+    return;
+  }
   float lanes1[16]; /* 8 lanes a row (heap: no alignment promise, so unaligned loads) */
   float* lanes = M <= 2 ? lanes1 : (float*)malloc(sizeof(float) * 8 * (size_t)M);
   for (int64_t i = 0; i < 8 * M; i++) lanes[i] = 0.0f;
-  bgroup g;
+  SD_ALIGN(32) __m256i c[8], w[8];
   for (int64_t gi = 0; gi < ng; gi++) {
     const int n = nb - 8 * gi < 8 ? (int)(nb - 8 * gi) : 8;
-    unpack_b(type, wrow + 8 * gi * bb, n, &g);
-    const __m256 dw = _mm256_load_ps(g.d), mw = _mm256_load_ps(g.m);
+    const uint8_t* blocks = wrow + 8 * gi * bb;
+    for (int i = 0; i < n; i++) c[i] = bcodes(TYPE, blocks, i, w + i);
+    const __m256 dw = bscales(TYPE, blocks, n, 0), mw = with_min ? bscales(TYPE, blocks, n, 1) : dw;
     for (int64_t m = 0; m < M; m++) {
       const int8_t* x = a->qs + m * K + gi * 256;
       __m256i v[8];
@@ -308,32 +418,25 @@ static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, 
       for (int i = 0; i < 8; i++) {
         if (i < n) {
           __m256i xv = _mm256_loadu_si256((const __m256i*)(x + 32 * i));
-          if (q8) xv = _mm256_sign_epi8(xv, _mm256_loadu_si256((const __m256i*)g.s[i]));
-          v[i] = dot_u8s8(g.c[i], xv);
+          if (TYPE == SD_Q8_0) xv = _mm256_sign_epi8(xv, w[i]);
+          v[i] = dot_u8s8(c[i], xv);
         } else {
           v[i] = _mm256_setzero_si256();
         }
       }
-      __m256i S = hsum8x8(v);
-      __m256i X;
-      __m256 dx;
-      if (n == 8) {
-        X = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a->sums + m * ns + gi * 16)), _mm256_set1_epi16(1));
-        dx = _mm256_loadu_ps(a->d + m * nb + gi * 8);
-      } else { /* a row's last, partial group: read only its own blocks */
-        SD_ALIGN(32) int16_t s16[16] = {0};
-        SD_ALIGN(32) float d8[8] = {0};
-        memcpy(s16, a->sums + m * ns + gi * 16, sizeof(int16_t) * 2 * n);
-        memcpy(d8, a->d + m * nb + gi * 8, sizeof(float) * n);
-        X = _mm256_madd_epi16(_mm256_load_si256((const __m256i*)s16), _mm256_set1_epi16(1));
-        dx = _mm256_load_ps(d8);
-      }
-      if (off) S = _mm256_sub_epi32(S, _mm256_slli_epi32(X, off == 8 ? 3 : 4));
-      __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(S));
-      if (with_min) t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_mul_ps(mw, dx), _mm256_cvtepi32_ps(X)));
-      _mm256_storeu_ps(lanes + 8 * m, _mm256_add_ps(_mm256_loadu_ps(lanes + 8 * m), t));
+      _mm256_storeu_ps(lanes + 8 * m, bfinish(TYPE, v, a, m, gi, n, dw, mw, _mm256_loadu_ps(lanes + 8 * m)));
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = tree8_v(_mm256_loadu_ps(lanes + 8 * m));
   if (lanes != lanes1) free(lanes);
+}
+
+static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
+  switch (type) {
+    case SD_Q4_0: row_b(SD_Q4_0, wrow, K, a, M, y, ldy); break;
+    case SD_Q4_1: row_b(SD_Q4_1, wrow, K, a, M, y, ldy); break;
+    case SD_Q5_0: row_b(SD_Q5_0, wrow, K, a, M, y, ldy); break;
+    case SD_Q5_1: row_b(SD_Q5_1, wrow, K, a, M, y, ldy); break;
+    default: row_b(SD_Q8_0, wrow, K, a, M, y, ldy); break;
+  }
 }
