@@ -154,3 +154,32 @@ def test_an_architecture_transformers_lacks_is_refused(tmp_path, tok):
     w.close()
     with pytest.raises(cm.GGUFUnsupported, match="not supported by transformers"):
         cm.config_from_gguf(GGUFFile(tmp_path / "x.gguf"))
+
+
+def test_a_draft_is_requantized_to_4_bits_and_stays_close(tmp_path, tok):
+    from specdec_core.cpu.build import kernel
+
+    twin = _qwen(tok, tie_word_embeddings=False)
+    path = write_gguf(tmp_path / "d.gguf", twin, tok, {"attn_q": "Q8_0", "attn_k": "Q5_0", "attn_v": "Q4_0",
+                                                        "ffn_down": "F16", "output": "Q8_0"})
+    loaded = cm.load(path, None)
+    before = {n: (m.matrix.ggml_type, m.matrix.data.copy()) for n, m in loaded.model.named_modules()
+              if isinstance(m, GGUFLinear)}
+    count, b, a = cm.requantize_for_draft(loaded.model, loaded.file)
+    assert count == len([t for t, _ in before.values() if t not in (2, 12)]) and a < b
+    lib = kernel().lib
+    for name, m in loaded.model.named_modules():
+        if not isinstance(m, GGUFLinear):
+            continue
+        assert m.matrix.ggml_type in (2, 12), name  # Q4_0, or Q4_K left as it was
+        t0, raw0 = before[name]
+        old = np.empty((m.matrix.rows, m.matrix.cols), np.float32)
+        new = np.empty_like(old)
+        lib.sd_dequantize(t0, raw0.ctypes.data, raw0.shape[1], None, old.shape[0], old.shape[1], old.ctypes.data)
+        lib.sd_dequantize(2, m.matrix.data.ctypes.data, m.matrix.row_bytes, None, new.shape[0], new.shape[1],
+                          new.ctypes.data)
+        # Q4_0: a step is amax/8 of the block; rounding moves a weight by half a step, except at
+        # the far end of the range, clamped to code 15, by up to one (and d is rounded to fp16)
+        step = np.abs(old.reshape(-1, 32)).max(-1, keepdims=True) / 8
+        err = np.abs(new - old).reshape(-1, 32)
+        assert (err <= step * 1.002 + 1e-6).all(), name

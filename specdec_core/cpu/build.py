@@ -163,6 +163,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sd_forward.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _P, _I64, _INT]
     lib.sd_forward.restype = _INT
     lib.sd_exp.argtypes, lib.sd_exp.restype = [_P, _I64], None
+    lib.sd_requantize_q4_0.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _INT]
+    lib.sd_requantize_q4_0.restype = None
     return lib
 
 

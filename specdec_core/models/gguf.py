@@ -55,8 +55,10 @@ def _describe(cm, lean, why_not, kernel_name: str) -> tuple[str, list[str]]:
     return kernels, notes
 
 
-def load_gguf(path: Path, *, device: str, dtype: str, key: str | None, progress: Progress | None) -> GgufLoad:
-    """key: the file's sha256 when known (the embedded pair), else a fingerprint is taken."""
+def load_gguf(path: Path, *, device: str, dtype: str, key: str | None, progress: Progress | None,
+              role: str = "target") -> GgufLoad:
+    """key: the file's sha256 when known (the embedded pair), else a fingerprint is taken.
+    role "draft": on the CPU kernel, matrices wider than 4 bits are requantized to Q4_0."""
     from ..cpu import build
 
     summary = inspect_gguf(path)  # a damaged file: one line, before any slow work
@@ -77,6 +79,13 @@ def load_gguf(path: Path, *, device: str, dtype: str, key: str | None, progress:
             else:
                 if dtype != "float32":
                     notes.append(f"--dtype {dtype} does not apply: the GGUF runs on its own blocks")
+                if role == "draft":
+                    n, before, after = cpu_model.requantize_for_draft(cm.model, cm.file)
+                    if n:
+                        cm.report.matrix_bytes += after - before
+                        notes.append(f"{n} of the draft's matrices requantized to Q4_0 in memory ({before / 2**20:.0f} -> "
+                                     f"{after / 2**20:.0f} MiB read per drafted token; a draft's precision changes "
+                                     f"what it proposes, never the output)")
                 lean, why_not = lean_mod.attach(cm.model)
                 kernels, more = _describe(cm, lean, why_not, build.kernel().name)
                 return GgufLoad(cm.model, cm.tokenizer, f"gguf({cm.quantization})", notes + more, lean, kernels,

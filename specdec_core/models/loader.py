@@ -104,7 +104,7 @@ def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str
         else:
             path = hub.gguf_file(sp.repo_id, sp.filename, progress=progress)
             name, source = Path(path).stem, sp.value
-        g = load_gguf(Path(path), device=device, dtype=dtype, key=key, progress=progress)
+        g = load_gguf(Path(path), device=device, dtype=dtype, key=key, progress=progress, role=role)
         return dict(model=g.model, tokenizer=g.tokenizer, name=name, source=source, quant=g.quantization,
                     notes=g.notes, gguf_path=Path(path), kernels=g.kernels, lean=g.lean, memory=g.memory_bytes)
 

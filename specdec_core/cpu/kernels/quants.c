@@ -522,3 +522,59 @@ SD_EXPORT void sd_dequantize(int type, const void* data, int64_t row_bytes, cons
   for (int64_t i = 0; i < n; i++)
     sd_dequantize_row(type, (const uint8_t*)data + (int64_t)(rows ? rows[i] : i) * row_bytes, K, out + i * K);
 }
+
+/* ------------------------------------------------------------------ requantizing (drafts only)
+   Float rows -> Q4_0 blocks (llama.cpp's reference rounding: the value of largest magnitude
+   maps to code 0, d = that value / -8). Only ever for a draft's matrices: a draft's precision
+   changes what it proposes, never the output, and 4-bit blocks are fewer bytes per drafted token. */
+static void quantize_q4_0(const float* x, int64_t rows, int64_t K, void* out) {
+  blk_q4_0* y = (blk_q4_0*)out;
+  for (int64_t i = 0; i < rows * (K / QK); i++, x += QK) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < QK; j++) {
+      if (fabsf(x[j]) > amax) {
+        amax = fabsf(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    /* fp32 -> fp16 bits, round to nearest even (d is a scale: normal range in practice) */
+    uint32_t bits;
+    memcpy(&bits, &d, 4);
+    const uint32_t sign = (bits >> 16) & 0x8000;
+    const int32_t exp = (int32_t)((bits >> 23) & 0xFF) - 127 + 15;
+    uint16_t h;
+    if (exp <= 0) {
+      h = (uint16_t)sign; /* underflows to zero */
+    } else if (exp >= 31) {
+      h = (uint16_t)(sign | 0x7BFF); /* clamps to the largest finite half */
+    } else {
+      uint32_t m = bits & 0x7FFFFF, r = m & 0x1FFF;
+      uint32_t v = ((uint32_t)exp << 10) | (m >> 13);
+      if (r > 0x1000 || (r == 0x1000 && (v & 1))) v++;
+      h = (uint16_t)(sign | (v > 0x7BFF ? 0x7BFF : v));
+    }
+    y[i].d = h;
+    for (int j = 0; j < QK / 2; j++) {
+      const int q0 = (int)(x[j] * id + 8.5f), q1 = (int)(x[j + QK / 2] * id + 8.5f);
+      y[i].qs[j] = (uint8_t)((q0 > 15 ? 15 : q0 < 0 ? 0 : q0) | ((q1 > 15 ? 15 : q1 < 0 ? 0 : q1) << 4));
+    }
+  }
+}
+
+/* rows of any type the kernel reads -> Q4_0, in chunks of rows across threads */
+SD_EXPORT void sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
+                                  int nthreads) {
+  const int64_t chunk = 256, nchunks = (rows + chunk - 1) / chunk, out_bytes = K / QK * (int64_t)sizeof(blk_q4_0);
+#pragma omp parallel num_threads(nthreads > 0 ? nthreads : 1)
+  {
+    float* buf = (float*)malloc(sizeof(float) * (size_t)(chunk * K));
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < nchunks; c++) {
+      const int64_t r0 = c * chunk, n = rows - r0 < chunk ? rows - r0 : chunk;
+      sd_dequantize(type, (const uint8_t*)src + r0 * row_bytes, row_bytes, NULL, n, K, buf);
+      quantize_q4_0(buf, n, K, (uint8_t*)out + r0 * out_bytes);
+    }
+    free(buf);
+  }
+}

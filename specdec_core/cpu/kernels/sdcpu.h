@@ -127,5 +127,7 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
 SD_EXPORT int sd_forward(const sd_model* m, float* kcache, float* vcache, int64_t capacity, const int32_t* ids,
                          int64_t T, int64_t start, float* logits, int64_t n_logits, int nthreads);
 SD_EXPORT void sd_exp(float* x, int64_t n);
+SD_EXPORT void sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
+                                  int nthreads);
 
 #endif
