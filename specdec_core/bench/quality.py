@@ -65,8 +65,8 @@ def measure(path: Path, prompts, max_new_tokens: int, text_tokens: int, progress
 
     rows = []
     for p in prompts:
-        ids = list(tok.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=True))
-        ids = list(ids["input_ids"]) if hasattr(ids, "keys") else ids
+        enc = tok.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=True)
+        ids = list(enc["input_ids"] if hasattr(enc, "keys") else enc)
         a, _ = _greedy(ours, ids, max_new_tokens, eos)
         b, margins = _greedy(ref, ids, max_new_tokens, eos)
         agree = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
