@@ -108,9 +108,18 @@ def _openmp_flags(cc: list[str]) -> tuple[list[str], list[str]]:
     return [], []  # no OpenMP runtime to link: one thread (build_report says so)
 
 
+# the cpuid probe alone (features.c), built in a fraction of a second: which variants this CPU
+# runs is known before any kernel is compiled
+PROBE = Variant("probe", "any", (), 0)
+
+
+def _sources(variant: Variant) -> tuple[str, ...]:
+    return ("features.c",) if variant is PROBE else SOURCES
+
+
 def library_name(variant: Variant) -> str:
     h = hashlib.sha256()
-    for name in SOURCES + HEADERS:
+    for name in _sources(variant) + HEADERS:
         h.update((KERNELS / name).read_bytes())
     h.update(" ".join(COMMON + list(variant.flags)).encode())
     suffix = ".dll" if sys.platform == "win32" else ".dylib" if sys.platform == "darwin" else ".so"
@@ -127,7 +136,8 @@ def build(variant: Variant, dest: Path, cc: list[str] | None = None) -> Path:
     out = dest / library_name(variant)
     tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")
     omp_c, omp_l = _openmp_flags(cc)
-    cmd = [*cc, *COMMON, *variant.flags, *omp_c, *(str(KERNELS / s) for s in SOURCES), "-o", str(tmp), "-lm", *omp_l]
+    cmd = [*cc, *COMMON, *variant.flags, *omp_c, *(str(KERNELS / s) for s in _sources(variant)), "-o", str(tmp),
+           "-lm", *omp_l]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -188,8 +198,10 @@ def load_variant(variant: Variant) -> Kernel:
 
 
 def cpu_features() -> int:
-    """This CPU's feature bits, as the portable build's cpuid probe reports them."""
-    return load_variant(BY_NAME["portable"]).lib.sd_cpu_features()
+    """This CPU's feature bits, as the cpuid probe (features.c) reports them."""
+    lib = ctypes.CDLL(str(find_or_build(PROBE)))
+    lib.sd_cpu_features.restype, lib.sd_cpu_features.argtypes = _INT, []
+    return lib.sd_cpu_features()
 
 
 def runnable(features: int | None = None) -> list[Variant]:
