@@ -37,7 +37,7 @@ from pathlib import Path
 
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = ("quants.c", "forward.c", "features.c")
-HEADERS = ("sdcpu.h", "prep.h", "dot_portable.h", "dot_x86.h", "dot_neon.h")
+HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h")
 SHIPPED = KERNELS / "lib"
 ENV = "SPECDEC_CPU_KERNEL"
 

@@ -1,5 +1,5 @@
-/* Unpacking weight blocks into one byte per weight, in plain C: for the portable row kernels
-   (dot_portable.h) and the NEON ones (dot_neon.h). */
+/* Unpacking weight blocks into one byte per weight, in plain C, for the portable row kernels
+   (dot_portable.h): the reference layout every build's unpacking must agree with. */
 
 /* A prepared K-quant super-block: 256 unsigned codes in element order, a scale and a "min"
    weight per group of 16 (Q4_K/Q5_K: their 6-bit scale and min, each for both halves of a
