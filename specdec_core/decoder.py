@@ -47,6 +47,31 @@ class DecodeSettings:
                 raise SettingsError(f"draft length must be an integer >= 1 or 'adaptive', got {self.draft_tokens!r}")
 
 
+class ContextError(SettingsError):
+    """A prompt and its answer budget do not fit the target's context window. Raised before any
+    computing: a 40,000-token prompt for a 32,768-token model is refused at once."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, context: int):
+        self.prompt_tokens, self.max_new_tokens, self.context = prompt_tokens, max_new_tokens, context
+        if prompt_tokens >= context:
+            msg = (f"the prompt is {prompt_tokens} tokens but the target's context holds {context} "
+                   f"(the prompt plus the answer): shorten it to under {context} tokens")
+        else:
+            msg = (f"the prompt ({prompt_tokens} tokens) plus max-new-tokens ({max_new_tokens}) is "
+                   f"{prompt_tokens + max_new_tokens} tokens, more than the target's context of {context}: "
+                   f"lower max-new-tokens to {context - prompt_tokens} or shorten the prompt")
+        super().__init__(msg)
+
+
+def context_length(model) -> int | None:
+    """The most positions the model was built for (config.max_position_embeddings), or None."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    n = getattr(config, "max_position_embeddings", None)
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def sample_seed(seed: int, index: int) -> int:
     """Seed of sample `index` of a run seeded with `seed`: depends on those two only, so the
     first m samples are the same whatever the number of samples asked for."""
@@ -100,6 +125,7 @@ class Decoder:
 
     def __init__(self, target: torch.nn.Module, tokenizer=None, eos_token_ids: list[int] | None = None):
         self.target = CachedLM(target)
+        self.context_length = context_length(target)  # None: unknown, nothing is refused
         self.tokenizer = tokenizer
         if eos_token_ids is None:
             eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
@@ -119,10 +145,17 @@ class Decoder:
         default: a benchmark or a race must pay every prompt's prefill."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
+        self.check_fits(len(prompt_ids), settings.max_new_tokens)
         detok = IncrementalDetokenizer(self.tokenizer)
         stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
         loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache)
         return Generation(loop, detok, stats)
+
+    def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Raise ContextError when the prompt plus the answer budget exceed the target's context."""
+        n = self.context_length
+        if n is not None and prompt_tokens + max_new_tokens > n:
+            raise ContextError(prompt_tokens, max_new_tokens, n)
 
     def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False) -> Iterator[TokenEvent]:
         params = settings.sampling

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from specdec_core.decoder import DecodeSettings, Decoder, sample_seed
+from specdec_core.decoder import ContextError, DecodeSettings, Decoder, sample_seed
 from specdec_core.events import Stats, TokenKind, first_divergence
 from specdec_core.lm import CachedLM
 from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
@@ -217,6 +217,18 @@ def test_the_two_rates_hand_checked():
     assert t.mean_accepted_per_step == pytest.approx(10 / 3) and t.plain_steps == 2
     assert t.plain_step_share == pytest.approx(0.4) and t.acceptance_rate == pytest.approx(7 / 12)
 
+
+def test_a_prompt_that_does_not_fit_the_context_is_refused_before_decoding(tiny):
+    """The tiny target holds 512 positions: the prompt plus the answer budget must fit."""
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    assert dec.context_length == 512
+    with pytest.raises(ContextError, match="600 tokens") as e:
+        dec.generate([5] * 600, DecodeSettings(max_new_tokens=4))  # refused at the call, not while iterating
+    assert (e.value.prompt_tokens, e.value.context) == (600, 512)
+    with pytest.raises(ContextError, match="lower max-new-tokens to 12"):
+        dec.generate([5] * 500, DecodeSettings(max_new_tokens=13))
+    g = dec.generate([5] * 500, DecodeSettings(max_new_tokens=12))  # exactly fits
+    assert len(g.run().token_ids) == 12
 
 
 def test_cache_rollback_equals_fresh_run(tiny):
