@@ -35,6 +35,16 @@ def _gc_in_gui_thread(request):
     collector.stop()
 
 
+@pytest.fixture(autouse=True)
+def _last_load_record_in_tmp(tmp_path_factory, monkeypatch):
+    """The CLI and the app record each load's report for `specdec models`; a test's tiny
+    models must not overwrite the user's record of their own last load."""
+    from specdec_core.models import last_load
+
+    path = tmp_path_factory.mktemp("last-load") / last_load.FILE_NAME
+    monkeypatch.setattr(last_load, "record_path", lambda: path)
+
+
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch):
     """Conversions and coded-layer caches of the tiny GGUFs go to a cache of their own."""
