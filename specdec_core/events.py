@@ -159,6 +159,18 @@ class Stats:
         return d
 
 
+# greedy near-tie threshold on the target's top-1 minus top-2 logit, by the target's dtype: a
+# divergence at or below it is a floating-point near-tie (the two candidates score the same to
+# within that precision's rounding); above it, different text at temperature 0 points to a bug.
+# The one table the race, the race view and the benchmark read.
+NEAR_TIE_MARGIN = {"float32": 1e-2, "bfloat16": 0.25, "float16": 0.1}
+
+
+def near_tie_margin(dtype: object) -> float:
+    """The threshold for a dtype ("bfloat16", torch.bfloat16, ...); float32's when unknown."""
+    return NEAR_TIE_MARGIN.get(str(dtype).replace("torch.", ""), NEAR_TIE_MARGIN["float32"])
+
+
 @dataclass(frozen=True, slots=True)
 class Divergence:
     """First position where two greedy runs differ, and how close the target's call was there."""

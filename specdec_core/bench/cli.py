@@ -88,7 +88,8 @@ def _run(args) -> int:
     from .plots import write_plots
     from .prompts import load_prompts
     from .report import build_rows, render_markdown, summarize, write_json
-    from .runner import NEAR_TIE_MARGIN, RunSettings, run_suite
+    from ..events import near_tie_margin
+    from .runner import RunSettings, run_suite
 
     # -- check everything before loading any model ----------------------------------------
     draft_lengths = parse_draft_lengths(args.draft_tokens)
@@ -131,7 +132,7 @@ def _run(args) -> int:
         from .hf import HFBaseline
 
         baseline = HFBaseline(engine.target, engine.draft)
-    near_tie = NEAR_TIE_MARGIN.get(engine.target.info.dtype.replace("torch.", ""), 1e-2)
+    near_tie = near_tie_margin(engine.target.info.dtype)
     with PeakMemory(engine.target.info.device) as memory:
         raw = run_suite(engine, prompts, modes, settings, memory, baseline,
                         progress=not args.no_progress, near_tie=near_tie)
