@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .theme import Theme
+from .theme import KIND_HINTS, Theme
 
 LOOKAHEAD = 12  # raw characters skipped at most to find a rendered character (markdown syntax)
 CONTEXT_LOOKAHEAD = 40  # ... when the next few rendered characters match too (a fence with its language)
@@ -160,8 +160,10 @@ class TokenText(QTextBrowser):
 def token_tooltip(tok: ViewToken) -> str:
     pos = "—" if tok.draft_position is None else str(tok.draft_position)
     shown = tok.text.replace("\n", "⏎").replace(" ", "·") or "(part of a character)"
+    hint = KIND_HINTS.get(tok.kind, "")
     return (
-        f"<b>{tok.kind}</b><br>step {tok.step} · draft position {pos}<br>"
+        f"<b>{tok.kind}</b>" + (f": {html.escape(hint, quote=False)}" if hint else "") + "<br>"
+        f"step {tok.step} · draft position {pos}<br>"
         f"token {tok.token_id}: <code>{html.escape(shown)}</code>"
     )
 

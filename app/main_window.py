@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .history import History, Message, StoredToken, chat_to_markdown
-from .metrics import LiveStats
+from .figures import meta_line
 from .side_panel import SidePanel
 from .theme import Theme, app_icon
 from .worker import GenerateRequest, LoadRequest, start_worker, stop_worker
@@ -103,8 +103,9 @@ class Active:
 
     request: GenerateRequest
     widget: MessageWidget
-    live: LiveStats
     events: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)  # the engine's running Stats for `events`
+    series: list = field(default_factory=list)  # (seconds, decode tok/s) as the engine reported them
 
 
 class MainWindow(QMainWindow):
@@ -439,7 +440,7 @@ class MainWindow(QMainWindow):
         w = self.chat_view.add_message("assistant")
         w.set_streaming(True)
         w.set_meta(f"{req.mode}" + (f" · {req.proposer}" if req.mode == "speculative" else "") + " · generating…")
-        self.active = Active(req, w, LiveStats(mode=req.mode))
+        self.active = Active(req, w)
         self.side_panel.reset_metrics(req.mode)
         self.status_label.setText("Generating…")
         self._update_buttons()
@@ -448,15 +449,17 @@ class MainWindow(QMainWindow):
     def _is_current(self, request_id: int) -> bool:
         return self.active is not None and self.active.request.request_id == request_id
 
-    def _on_tokens(self, request_id: int, events: list) -> None:
+    def _on_tokens(self, request_id: int, events: list, stats: dict) -> None:
         if not self._is_current(request_id):
             self.dropped_batches += 1
             return
         a = self.active
         a.events.extend(events)
-        a.live.add(events)
+        a.stats = dict(stats)
+        if stats.get("decode_tokens_per_second"):
+            a.series.append((stats["seconds"], stats["decode_tokens_per_second"]))
         a.widget.append_events(events)
-        self.side_panel.show_live(a.live, a.request.mode, a.request.draft_tokens)
+        self.side_panel.show_stats(a.stats, a.request.draft_tokens, a.series)
 
     def _on_finished(self, request_id: int, stats: dict) -> None:
         if not self._is_current(request_id):
@@ -480,7 +483,9 @@ class MainWindow(QMainWindow):
         if self.active is None:
             return
         self.worker.stop(self.active.request.request_id)
-        stats = self.active.live.to_dict()
+        # the engine's running stats of the last batch shown: they count exactly the tokens
+        # that are kept (the worker forwards nothing once stopped)
+        stats = dict(self.active.stats) or {"new_tokens": 0}
         stats["stop_reason"] = "cancelled"
         self._complete(stats)
 
@@ -513,7 +518,7 @@ class MainWindow(QMainWindow):
         w.text = content
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
-        self.side_panel.show_final(stats, a.live)
+        self.side_panel.show_stats(stats, req.draft_tokens, a.series)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
         self._update_buttons()
@@ -577,19 +582,3 @@ class MainWindow(QMainWindow):
         self.shutdown_ok = self.shutdown()
         super().closeEvent(e)
 
-
-def meta_line(stats: dict) -> str:
-    if not stats:
-        return ""
-    mode = stats.get("mode", "")
-    bits = [mode]
-    if mode == "speculative" and stats.get("proposer"):
-        bits.append(stats["proposer"])
-    if stats.get("tokens_per_second"):
-        bits.append(f"{stats['tokens_per_second']:.1f} tok/s")
-    if mode == "speculative":
-        bits.append(f"α {stats.get('acceptance_rate', 0.0):.2f}")
-        bits.append(f"τ {stats.get('mean_accepted_per_step', 0.0):.2f}")
-    if stats.get("stop_reason") == "cancelled":
-        bits.append("stopped")
-    return " · ".join(b for b in bits if b)

@@ -12,12 +12,15 @@ from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 KINDS = ("accepted", "corrected", "bonus", "standard")
-KIND_LABELS = {
-    "accepted": "accepted — draft token the target kept",
-    "corrected": "corrected — target's token after a rejection",
-    "bonus": "bonus — target's extra token when all were accepted",
-    "standard": "standard — target alone (standard mode)",
+# what each kind means, in the words of the hover text (DESIGN.md, "Words")
+KIND_HINTS = {
+    "accepted": "a draft token the target kept",
+    "corrected": "the target's token after it rejected a draft token",
+    "bonus": "the target's extra token after it kept all of the step's k ≥ 1 draft tokens",
+    "standard": "the target decided it alone (standard mode, the first token, or a plain step "
+                "that proposed nothing)",
 }
+KIND_LABELS = {kind: f"{kind} — {hint}" for kind, hint in KIND_HINTS.items()}
 
 
 def assets_dir() -> Path:

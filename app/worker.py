@@ -8,7 +8,9 @@ Rules (see DESIGN.md):
   from a request it no longer waits for (a stopped generation never lands in a newer message);
 - stop is cooperative: the GUI sets the request's threading.Event directly (thread-safe); the
   decoder checks it between steps and the worker stops forwarding tokens at once;
-- tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token.
+- tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token,
+  each carrying the engine's running Stats for exactly the tokens sent so far: the GUI shows
+  those numbers and saves them with a stopped message; it never recomputes them from events.
 
 `start_worker()` is the one function that wires a Worker to its QThread.
 """
@@ -25,6 +27,9 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 BATCH_SECONDS = 0.030
+# the app's draft length unless the user picks one: the adaptive controller (measured faster
+# than any fixed k on the built-in prompts, docs/speed-notes.md item 16); chat and race share it
+DEFAULT_DRAFT_TOKENS = "adaptive"
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class GenerateRequest:
     messages: list[dict[str, str]]
     mode: str = "speculative"  # "speculative" | "standard"
     proposer: str = "draft"  # "draft" | "prompt-lookup"
-    draft_tokens: int | str = 4  # k, or "adaptive"
+    draft_tokens: int | str = DEFAULT_DRAFT_TOKENS  # k, or "adaptive"
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_k: int = 0
@@ -122,7 +127,9 @@ def _info_dict(loaded: Any) -> dict | None:
         return None
     info = getattr(loaded, "info", None)
     keys = ("name", "source", "dtype", "quantization", "device", "memory_bytes", "load_seconds", "kernels")
-    return {k: getattr(info, k, None) for k in keys}
+    d = {k: getattr(info, k, None) for k in keys}
+    d["notes"] = [str(n) for n in (getattr(info, "notes", None) or [])]  # what ran where, and why
+    return d
 
 
 def _stats_dict(stats: Any) -> dict:
@@ -142,10 +149,9 @@ class Worker(QObject):
     load_failed = Signal(str)  # one line for a dialog
     # generation; every signal carries the request id first
     started = Signal(int)
-    tokens = Signal(int, object)  # request id, [TokenEvent, ...]
+    tokens = Signal(int, object, object)  # request id, [TokenEvent, ...], running Stats.to_dict()
     finished = Signal(int, object)  # request id, Stats.to_dict() (+ "text")
     failed = Signal(int, str)  # request id, message
-
     # internal: queued hops from the GUI thread into the worker thread
     _load_requested = Signal(object)
     _generate_requested = Signal(object)
@@ -195,6 +201,9 @@ class Worker(QObject):
                     quantization=request.quantization,
                     progress=progress,
                 )
+                from specdec_core.models import last_load
+
+                last_load.save(engine.target, engine.draft)  # `specdec models` shows its notes
         except Exception as exc:  # ModelError and anything else: one line for the dialog
             self.load_failed.emit(_one_line(exc))
             return
@@ -219,7 +228,8 @@ class Worker(QObject):
             gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel,
                                        reuse_cache=True)
             for batch in step_batches(gen, cancel=req.cancel):
-                self.tokens.emit(req.request_id, batch)
+                # batches end at a step's end, where the running stats count exactly these tokens
+                self.tokens.emit(req.request_id, batch, _stats_dict(gen.snapshot()))
             stats = _stats_dict(gen.stats)
             if req.cancel.is_set():
                 stats["stop_reason"] = "cancelled"

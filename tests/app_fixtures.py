@@ -113,7 +113,7 @@ def relay(worker):
         loaded = Signal(object)
         load_failed = Signal(str)
         started = Signal(int)
-        tokens = Signal(int, object)
+        tokens = Signal(int, object, object)
         finished = Signal(int, object)
         failed = Signal(int, str)
 
