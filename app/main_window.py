@@ -125,6 +125,8 @@ class MainWindow(QMainWindow):
         self.ready = False
         self.model_info: dict = {}
         self.last_error_dialog: QMessageBox | None = None
+        self.context_dialog: QMessageBox | None = None  # the last "does not fit the context" dialog
+        self.dropped_messages = 0  # oldest messages of this chat left out of the prompt (kept in the chat)
         self.dropped_batches = 0  # token batches from a request no longer waited for (tests)
         self._next_request = 0
         self._regenerations = 0
@@ -141,6 +143,7 @@ class MainWindow(QMainWindow):
         self.worker.tokens.connect(self._on_tokens)
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
+        self.worker.too_long.connect(self._on_too_long)
         from .race_view import add_race_tab  # a Race tab sharing this worker's thread and engine
 
         self.race_view = add_race_tab(self)
@@ -338,6 +341,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         self.stop()
         self.chat_id = None
+        self.dropped_messages = 0
         self.messages = []
         self.chat_view.clear()
         self.system_prompt.setPlainText("")
@@ -349,6 +353,7 @@ class MainWindow(QMainWindow):
     def open_chat(self, chat_id: int) -> None:
         self.stop()
         self.chat_id = chat_id
+        self.dropped_messages = 0
         self.messages = self.history.messages(chat_id)
         self.chat_view.clear()
         self.system_prompt.setPlainText(self.history.system_prompt(chat_id))
@@ -436,6 +441,7 @@ class MainWindow(QMainWindow):
             top_k=s["top_k"],
             top_p=s["top_p"],
             seed=s["seed"] + seed_offset,
+            drop_oldest=self.dropped_messages,
         )
         w = self.chat_view.add_message("assistant")
         w.set_streaming(True)
@@ -476,6 +482,44 @@ class MainWindow(QMainWindow):
         a.widget.set_meta("failed")
         self.status_label.setText(f"Generation failed: {message}")
         self._update_buttons()
+
+    def _on_too_long(self, request_id: int, info: dict) -> None:
+        """The chat plus its answer budget does not fit the target's context: nothing was
+        computed. Offer to leave the oldest turns out of the prompt (they stay in the chat and in
+        history); when even the last message does not fit, say what to shorten."""
+        if not self._is_current(request_id):
+            return
+        self.active = None
+        self.chat_view.remove_last()  # the empty answer bubble: no answer was started
+        self.status_label.setText("The chat does not fit the target's context")
+        self._update_buttons()
+        n, budget, context = info["prompt_tokens"], info["max_new_tokens"], info["context"]
+        drop = info.get("drop")
+        text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
+                f"context holds {context} tokens.")
+        box = QMessageBox(QMessageBox.Icon.Warning, "The chat does not fit the context", text,
+                          QMessageBox.StandardButton.NoButton, self)
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.drop_button = None
+        if drop is None:
+            box.setInformativeText("Even your last message with that answer budget does not fit: shorten it, or "
+                                   "lower Max new tokens, then press Regenerate. Nothing was deleted.")
+            box.addButton(QMessageBox.StandardButton.Ok)
+        else:
+            box.setInformativeText(f"Leave out the oldest {drop} message(s) of this conversation and send again? "
+                                   "They stay in the chat and in its history; only the model stops seeing them.")
+            box.drop_button = box.addButton("Drop oldest turns", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+
+            def clicked(button, drop=drop):
+                if button is box.drop_button and self.active is None:
+                    self.dropped_messages = drop
+                    self._start_generation(seed_offset=self._regenerations)  # the same request again
+
+            box.buttonClicked.connect(clicked)
+        box.open()
+        self.context_dialog = box
 
     def stop(self) -> None:
         """Esc: cancel the running generation. What streamed so far is kept and saved as a

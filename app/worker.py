@@ -59,6 +59,7 @@ class GenerateRequest:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    drop_oldest: int = 0  # conversation messages left out of the prompt (the chat keeps them)
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
@@ -152,6 +153,11 @@ class Worker(QObject):
     tokens = Signal(int, object, object)  # request id, [TokenEvent, ...], running Stats.to_dict()
     finished = Signal(int, object)  # request id, Stats.to_dict() (+ "text")
     failed = Signal(int, str)  # request id, message
+    # request id, {"prompt_tokens", "max_new_tokens", "context", "drop"}: the chat plus its answer
+    # budget does not fit the target's context; "drop" = the fewest oldest messages to leave out
+    # (counting those already left out), None when even the last turn alone does not fit
+    too_long = Signal(int, object)
+
     # internal: queued hops from the GUI thread into the worker thread
     _load_requested = Signal(object)
     _generate_requested = Signal(object)
@@ -221,9 +227,14 @@ class Worker(QObject):
             return
         self._requests.begin(req)
         try:
-            self.started.emit(req.request_id)
             settings = decode_settings(req)  # imports the engine lazily, in this thread
-            prompt = self.engine.encode_chat(req.messages)
+            from specdec_core.context import drop_oldest
+
+            messages = drop_oldest(req.messages, req.drop_oldest)
+            prompt = self.engine.encode_chat(messages)
+            if not self._fits(req, messages, len(prompt)):
+                return
+            self.started.emit(req.request_id)
             # a chat's next turn starts with the conversation so far: keep its cached prefix
             gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel,
                                        reuse_cache=True)
@@ -240,6 +251,19 @@ class Worker(QObject):
             self.failed.emit(req.request_id, _one_line(exc))
         finally:
             self._requests.end()
+
+    def _fits(self, req: GenerateRequest, messages: list, prompt_tokens: int) -> bool:
+        """Whether the prompt plus the answer budget fit the target's context; when not, say
+        at once (before any computing) how many oldest messages would have to go."""
+        context = getattr(self.engine, "context_length", None)
+        if context is None or prompt_tokens + req.max_new_tokens <= context:
+            return True
+        from specdec_core.context import messages_to_drop
+
+        n = messages_to_drop(messages, lambda m: len(self.engine.encode_chat(m)), req.max_new_tokens, context)
+        self.too_long.emit(req.request_id, {"prompt_tokens": prompt_tokens, "max_new_tokens": req.max_new_tokens,
+                                            "context": context, "drop": None if n is None else req.drop_oldest + n})
+        return False
 
 
 def _one_line(exc: BaseException) -> str:

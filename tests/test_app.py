@@ -318,6 +318,40 @@ def test_the_models_box_lists_the_load_notes(qtbot, make_window, tmp_path):
     assert win.model_info["target"]["notes"] == notes
 
 
+def test_a_chat_too_long_for_the_context_offers_to_drop_the_oldest_turns(qtbot, make_window, tmp_path):
+    """The tiny target holds 512 positions. A chat that outgrows it is stopped before any
+    computing; the dialog offers to leave the oldest turns out of the prompt, and nothing
+    saved is lost: the chat and its history keep every message."""
+    win = make_window(max_new=12)
+    requests = []
+    original = win.worker.request_generate
+    win.worker.request_generate = lambda r: (requests.append(r), original(r))
+    send_and_wait(qtbot, win, "the cat sat on the mat " * 30)
+    win.side_panel.max_new.setValue(200)  # ~410 prompt tokens + 200 > 512; without the first turn it fits
+    with qtbot.waitSignal(win.sig.too_long, timeout=TIMEOUT) as b:
+        assert win.send("the hat is on the cat " * 30)
+    info = b.args[1]
+    assert info["context"] == 512 and info["prompt_tokens"] + 200 > 512 and info["drop"] == 2
+    box = win.context_dialog
+    assert box.isVisible() and "512" in box.text() and "oldest 2" in box.informativeText()
+    assert win.active is None and len(win.chat_view.messages) == 3  # no empty answer left behind
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        box.drop_button.click()
+    assert requests[-1].drop_oldest == 2 and requests[-1].messages == requests[-2].messages
+    assert [m.role for m in win.messages] == ["user", "assistant", "user", "assistant"]
+    h = History(tmp_path / "data")
+    assert [m.content for m in h.messages(win.chat_id)] == [m.content for m in win.messages]
+    h.close()
+    # a single message longer than the context: nothing to drop, the dialog says what to shorten
+    win.new_chat()
+    with qtbot.waitSignal(win.sig.too_long, timeout=TIMEOUT) as b:
+        assert win.send("the cat sat on the mat " * 90)
+    assert b.args[1]["drop"] is None
+    box = win.context_dialog
+    assert box.drop_button is None and "shorten it" in box.informativeText()
+    assert [m.role for m in win.messages] == ["user"]  # the message itself is saved
+
+
 def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=100)
     with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
