@@ -180,6 +180,7 @@ class MessageWidget(QFrame):
         self.tokens: list[ViewToken] = []
         self.streaming = False
         self.error: str | None = None
+        self.empty_hint: str | None = None  # shown instead of "(no text…)" before any tokens came
         self.setObjectName("Bubble")
         self.setProperty("role", role)
         outer = QVBoxLayout(self)
@@ -275,6 +276,10 @@ class MessageWidget(QFrame):
         body = self.text
         if self.streaming and not body:
             doc.setHtml(f"<p style='color:{self.theme.values['muted']}'>…</p>")
+            self.view.position_tokens = []
+            return
+        if not self.streaming and not self.tokens and not body and not self.error and self.empty_hint:
+            doc.setHtml(f"<p style='color:{self.theme.values['muted']}'><i>{html.escape(self.empty_hint)}</i></p>")
             self.view.position_tokens = []
             return
         if not self.streaming and not body.strip() and not self.error:

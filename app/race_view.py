@@ -38,7 +38,14 @@ from . import figures
 from .chat_view import Legend, MessageWidget
 from .race_worker import RaceRequest, start_race_worker
 from .theme import Theme, assets_dir
+from .worker import DEFAULT_DRAFT_TOKENS
 
+EMPTY_LANE_HINT = {
+    "standard": "Pick a preset above (or write a prompt) and press Start race: the target alone "
+                "answers here, one token per step.",
+    "speculative": "…and here the same target answers with a draft proposing tokens, coloured by "
+                   "where each token came from.",
+}
 CLOCK_NOTE = ("Times are each lane's own compute time: the two lanes take turns, step by step, on one "
               "device, and each clock advances only while its own lane computes (warm-up excluded).")
 PROPOSER_LABELS = {"draft": "draft model", "prompt-lookup": "prompt lookup"}
@@ -115,6 +122,7 @@ class LaneWidget(QFrame):
         self.events: list = []
         self.clock = 0.0
         self.stats: dict = {}  # the engine's Stats of this lane, timed by its own clock
+        self.message.empty_hint = EMPTY_LANE_HINT[lane]
         self.reset("Standard decoding" if lane == "standard" else "Speculative decoding", 1)
 
     @property
@@ -218,6 +226,8 @@ class RaceView(QWidget):
         self.waiting = False
         self._next_id = 0
         self._build()
+        if self.presets:  # start from the first preset (a code answer): one click to a race
+            self.preset_box.setCurrentIndex(1)
         self._update_buttons()
 
     # -- layout ---------------------------------------------------------------------------
@@ -243,7 +253,7 @@ class RaceView(QWidget):
         for k in range(1, 9):
             self.k_box.addItem(str(k), k)
         self.k_box.addItem("adaptive", "adaptive")
-        self.k_box.setCurrentIndex(3)
+        self.k_box.setCurrentIndex(self.k_box.findData(DEFAULT_DRAFT_TOKENS))  # the chat's default
         row.addWidget(self.k_box)
         row.addWidget(QLabel("Max tokens"))
         self.max_tokens = QSpinBox()

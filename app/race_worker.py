@@ -27,7 +27,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from .worker import RequestTracker, _one_line, decode_settings, step_batches
+from .worker import DEFAULT_DRAFT_TOKENS, RequestTracker, _one_line, decode_settings, step_batches
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class RaceRequest:
     prompt: str
     system: str = ""
     proposer: str = "draft"  # "draft" | "prompt-lookup"
-    draft_tokens: int | str = 4
+    draft_tokens: int | str = DEFAULT_DRAFT_TOKENS
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_k: int = 0

@@ -127,11 +127,29 @@ def test_cancel_mid_race_stops_both_lanes(qtbot, view):
 def test_presets_cover_the_prompt_types_and_fill_the_prompt(qtbot, view):
     presets = load_presets()
     assert {p["type"] for p in presets} >= {"short answer", "long explanation", "code", "summarization",
-                                            "structured output"}
+                                            "structured output", "edit"}
+    # the answers speculation is for lead; the one-sentence answer is last, the honest counter-example
+    assert presets[0]["type"] == "code" and {"edit", "code edit"} <= {p["type"] for p in presets[:3]}
+    assert presets[-1]["type"] == "short answer"
     assert view.preset_box.count() == len(presets) + 1
     view.preset_box.setCurrentIndex(4)
     assert view.prompt.toPlainText() == presets[3]["prompt"]
     assert view.max_tokens.value() == presets[3]["max_new_tokens"]
+
+
+def test_before_any_race_the_view_starts_from_the_apps_defaults_and_says_what_to_do(qtbot):
+    from app.worker import DEFAULT_DRAFT_TOKENS, GenerateRequest
+
+    v = RaceView(Theme(False))
+    qtbot.addWidget(v)
+    # the chat's draft length (adaptive), and the first preset ready to race
+    assert v.k_box.currentData() == DEFAULT_DRAFT_TOKENS == GenerateRequest(0, []).draft_tokens == "adaptive"
+    assert v.settings()["draft_tokens"] == "adaptive"
+    assert v.prompt.toPlainText() == load_presets()[0]["prompt"]
+    for lane in v.lanes.values():
+        shown = lane.message.view.document().toPlainText()
+        assert "no text" not in shown and shown == lane.message.empty_hint
+    assert "Start race" in v.lanes["standard"].message.view.document().toPlainText()
 
 
 def test_not_ready_means_no_race(qtbot):
