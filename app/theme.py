@@ -1,9 +1,8 @@
-"""Colours, stylesheet and icon from assets/ (light and dark)."""
+"""Colours, stylesheet and icon from app/assets/ (light and dark)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,14 +23,9 @@ KIND_LABELS = {kind: f"{kind} — {hint}" for kind, hint in KIND_HINTS.items()}
 
 
 def assets_dir() -> Path:
-    """assets/ next to the app package, or inside a PyInstaller bundle."""
-    base = getattr(sys, "_MEIPASS", None)
-    candidates = [Path(base) / "assets"] if base else []
-    candidates.append(Path(__file__).resolve().parent.parent / "assets")
-    for c in candidates:
-        if c.is_dir():
-            return c
-    return candidates[-1]
+    """app/assets/, inside the package: the same place in a source tree, an installed wheel
+    (package data) and a PyInstaller bundle (the spec ships them to app/assets)."""
+    return Path(__file__).resolve().parent / "assets"
 
 
 @lru_cache(maxsize=1)

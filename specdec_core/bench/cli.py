@@ -25,7 +25,7 @@ def add_bench_parser(sub) -> None:
     add_model_args(b)
     b.add_argument("--prompts", metavar="FILE",
                    help='JSONL of {"category": ..., "prompt": ...} or {"category": ..., "messages": [...]} '
-                        "(default: the built-in set in assets/bench_prompts.jsonl)")
+                        "(default: the built-in set, specdec_core/bench/bench_prompts.jsonl)")
     b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
     b.add_argument("--limit", type=int_at_least("--limit"), metavar="N", help="at most N prompts per category")
     b.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
@@ -150,7 +150,7 @@ def _run(args) -> int:
         "settings": {
             "prompts": len(prompts),
             "categories": list(dict.fromkeys(p.category for p in prompts)),
-            "prompt_file": str(Path(args.prompts).name) if args.prompts else "assets/bench_prompts.jsonl",
+            "prompt_file": str(Path(args.prompts).name) if args.prompts else "specdec_core/bench/bench_prompts.jsonl",
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature,
             "top_k": args.top_k,
