@@ -182,17 +182,19 @@ def _print_summary(report: dict, out: Path) -> None:
 
     overall = report["summary"]["overall"]
     greedy = report["settings"]["temperature"] == 0
-    print(f"{'mode':<24} {'tok/s':>7} {'x std':>6} {'x hf-asst':>9} {'alpha':>6} {'tau':>5}"
-          + ("  identical" if greedy else ""))
+    # tok/s end-to-end (prefill included) and decode (after the first token): Stats' two rates
+    print(f"{'mode':<24} {'tok/s e2e':>9} {'decode':>6} {'x std':>6} {'x hf-asst':>9} {'alpha':>6} {'tau':>5} "
+          f"{'plain':>5}" + ("  identical" if greedy else ""))
     for m in report["modes"]:
         f = overall[m["name"]]
 
         def num(v, fmt):
             return format(v, fmt) if v is not None else "-"
 
-        line = (f"{m['name']:<24} {num(f['tokens_per_second'], '7.1f')} {num(f['speedup_vs_standard'], '6.2f')} "
-                f"{num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} "
-                f"{num(f['acceptance_rate'], '6.0%')} {num(f['mean_accepted_per_step'], '5.2f')}")
+        line = (f"{m['name']:<24} {num(f['tokens_per_second'], '9.1f')} {num(f['decode_tokens_per_second'], '6.1f')} "
+                f"{num(f['speedup_vs_standard'], '6.2f')} {num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} "
+                f"{num(f['acceptance_rate'], '6.0%')} {num(f['mean_accepted_per_step'], '5.2f')} "
+                f"{num(f['plain_step_share'], '5.0%')}")
         if greedy:
             line += f"  {f['identical']}/{f['compared']}" if f["compared"] else "  -"
         print(line)
