@@ -38,13 +38,12 @@ def tau(stats: dict) -> str:
     return f"{stats['mean_accepted_per_step']:.2f}" if speculative(stats) and stats.get("speculative_steps") else "—"
 
 
-def draft_length(stats: dict, setting=None) -> str:
-    """k of the latest step: "0 (plain step)" when it proposed nothing."""
+def draft_length(stats: dict) -> str:
+    """k of the latest step: "0 (plain)" when it proposed nothing."""
     if not speculative(stats) or stats.get("last_draft_length") is None:
         return "—"
     k = stats["last_draft_length"]
-    label = "0 (plain step)" if k == 0 else str(k)
-    return label + (" · adaptive" if setting == "adaptive" else "")
+    return "0 (plain)" if k == 0 else str(k)
 
 
 def meta_line(stats: dict) -> str:

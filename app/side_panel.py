@@ -325,7 +325,8 @@ class SidePanel(QScrollArea):
         self.m_alpha.set(figures.alpha(stats))
         self.m_tau.set(figures.tau(stats))
         self.m_plain.set(figures.share(stats.get("plain_step_share")) if stats.get("target_forward_passes") else "—")
-        self.m_k.set(figures.draft_length(stats, draft_setting))
+        self.m_k.set(figures.draft_length(stats))
+        self.m_k.caption.setText("draft length k" + (" (adaptive)" if draft_setting == "adaptive" else ""))
         self.bars.set_values(stats.get("per_position_acceptance") or [] if figures.speculative(stats) else [])
         if series is not None:
             self.chart.set_points(series)
