@@ -268,3 +268,21 @@ def test_builtin_prompt_set_covers_the_categories():
         assert 2 <= sum(p.category == c for p in prompts) <= 3
     assert all(p.turns >= 2 for p in prompts if p.category == "chat")
     assert [p.id for p in load_prompts(categories=["code", "chat"], limit=1)] == ["code-fizzbuzz", "chat-refactor"]
+
+
+def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():
+    """Prompt lookup on a prompt with nothing to look up proposes nothing: every step is plain.
+    Its row must say 'no alpha, no tau', not 0% and 0 tokens per step (a median over prompts
+    would mix those zeros with real figures)."""
+    from specdec_core.bench.modes import PROMPT_LOOKUP, Mode
+    from specdec_core.bench.prompts import BenchPrompt
+    from specdec_core.bench.runner import RunSettings, run_one
+    from app_fixtures import tiny_factory
+
+    engine = tiny_factory(report=False)(lambda *_a: None)
+    memory = SimpleNamespace(start=lambda: None, stop=lambda: 0)
+    prompt = BenchPrompt("p", "chat", ({"role": "user", "content": "hello"},))
+    rec = run_one(engine, prompt, Mode("prompt-lookup k=4", PROMPT_LOOKUP, 4), RunSettings(3), 0, memory)
+    assert rec["kinds"]["standard"] == rec["new_tokens"] == 3  # no match anywhere: every step plain
+    assert rec["acceptance_rate"] is None and rec["mean_accepted_per_step"] is None
+    assert rec["plain_step_share"] == 1.0

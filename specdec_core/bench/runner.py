@@ -142,8 +142,9 @@ def _run_engine(engine, prompt, mode, settings, seed, memory, rec) -> dict:
         detokenize_s=t_end - t_gen,
         tokens_per_second=s.tokens_per_second,
         decode_tokens_per_second=s.decode_tokens_per_second,
-        acceptance_rate=s.acceptance_rate if proposes else None,
-        mean_accepted_per_step=s.mean_accepted_per_step if proposes else None,
+        # a run whose steps proposed nothing (no lookup match) has no alpha or tau, not zeros
+        acceptance_rate=s.acceptance_rate if proposes and s.draft_tokens else None,
+        mean_accepted_per_step=s.mean_accepted_per_step if proposes and s.speculative_steps else None,
         plain_step_share=s.plain_step_share if proposes else None,
         kinds={k: gen.kinds.count(k) for k in ("accepted", "corrected", "bonus", "standard")},
         target_forward_passes=s.target_forward_passes,
