@@ -280,7 +280,10 @@ def stats_line(s) -> str:
     line = (f"[{s.mode}] {s.new_tokens} tokens in {s.seconds:.2f}s ({s.decode_tokens_per_second:.1f} tok/s decode, "
             f"{s.tokens_per_second:.1f} tok/s end-to-end)")
     if s.mode == "speculative":
-        line += (f", acceptance {s.acceptance_rate:.0%}, {s.mean_accepted_per_step:.2f} tokens per speculative step,"
+        # no proposal at all (every step plain): no alpha or tau to show, rather than zeros
+        alpha = f"{s.acceptance_rate:.0%}" if s.draft_tokens else "-"
+        tau = f"{s.mean_accepted_per_step:.2f}" if s.speculative_steps else "-"
+        line += (f", acceptance {alpha}, {tau} tokens per speculative step,"
                  f" {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes")
     return line + f", stop: {s.stop_reason}"
 

@@ -69,7 +69,7 @@ def summary_text(result) -> str:
         f" {spec.decode_tokens_per_second:8.1f} tok/s decode"
         + (f"  ({result.proposer}, acceptance {s.acceptance_rate:.0%}, {s.mean_accepted_per_step:.2f} tokens per "
            f"speculative step, {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes)"
-           if s else ""),
+           if s and s.speculative_steps else f"  ({result.proposer}: nothing proposed, every step plain)" if s else ""),
         f"speedup {result.speedup:.2f}x (end-to-end tok/s, own clocks)",
         result.verdict,
     ]

@@ -95,6 +95,20 @@ def test_a_prompt_longer_than_the_context_is_refused_before_any_computing(pair, 
     assert rc == 2 and len(lines) == 1 and "lower max-new-tokens to 12" in lines[0]
 
 
+def test_stats_line_labels_every_figure():
+    from specdec_core.cli import stats_line
+    from specdec_core.events import Stats
+
+    s = Stats(new_tokens=11, seconds=3.0, prefill_seconds=1.0, target_forward_passes=5, speculative_steps=3,
+              speculative_step_tokens=10, draft_tokens=12, accepted_draft_tokens=7, mode="speculative",
+              stop_reason="eos")
+    assert stats_line(s) == ("[speculative] 11 tokens in 3.00s (5.0 tok/s decode, 3.7 tok/s end-to-end), "
+                             "acceptance 58%, 3.33 tokens per speculative step, 40% plain steps, "
+                             "5 target passes, stop: eos")
+    plain = Stats(new_tokens=3, seconds=1.0, target_forward_passes=3, mode="speculative", stop_reason="eos")
+    assert "acceptance -, - tokens per speculative step, 100% plain steps" in stats_line(plain)
+
+
 @pytest.fixture(scope="module")
 def other_vocab(tmp_path_factory):
     words = ["zebra", "yak", "xylophone"] + [f"w{i}" for i in range(49)]
