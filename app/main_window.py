@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .history import History, Message, StoredToken, chat_to_markdown
-from .metrics import LiveStats
+from .figures import meta_line
 from .side_panel import SidePanel
 from .theme import Theme, app_icon
 from .worker import GenerateRequest, LoadRequest, start_worker, stop_worker
@@ -103,8 +103,9 @@ class Active:
 
     request: GenerateRequest
     widget: MessageWidget
-    live: LiveStats
     events: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)  # the engine's running Stats for `events`
+    series: list = field(default_factory=list)  # (seconds, decode tok/s) as the engine reported them
 
 
 class MainWindow(QMainWindow):
@@ -124,6 +125,8 @@ class MainWindow(QMainWindow):
         self.ready = False
         self.model_info: dict = {}
         self.last_error_dialog: QMessageBox | None = None
+        self.context_dialog: QMessageBox | None = None  # the last "does not fit the context" dialog
+        self.dropped_messages = 0  # oldest messages of this chat left out of the prompt (kept in the chat)
         self.dropped_batches = 0  # token batches from a request no longer waited for (tests)
         self._next_request = 0
         self._regenerations = 0
@@ -140,6 +143,7 @@ class MainWindow(QMainWindow):
         self.worker.tokens.connect(self._on_tokens)
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
+        self.worker.too_long.connect(self._on_too_long)
         from .race_view import add_race_tab  # a Race tab sharing this worker's thread and engine
 
         self.race_view = add_race_tab(self)
@@ -337,6 +341,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         self.stop()
         self.chat_id = None
+        self.dropped_messages = 0
         self.messages = []
         self.chat_view.clear()
         self.system_prompt.setPlainText("")
@@ -348,6 +353,7 @@ class MainWindow(QMainWindow):
     def open_chat(self, chat_id: int) -> None:
         self.stop()
         self.chat_id = chat_id
+        self.dropped_messages = 0
         self.messages = self.history.messages(chat_id)
         self.chat_view.clear()
         self.system_prompt.setPlainText(self.history.system_prompt(chat_id))
@@ -435,11 +441,12 @@ class MainWindow(QMainWindow):
             top_k=s["top_k"],
             top_p=s["top_p"],
             seed=s["seed"] + seed_offset,
+            drop_oldest=self.dropped_messages,
         )
         w = self.chat_view.add_message("assistant")
         w.set_streaming(True)
         w.set_meta(f"{req.mode}" + (f" · {req.proposer}" if req.mode == "speculative" else "") + " · generating…")
-        self.active = Active(req, w, LiveStats(mode=req.mode))
+        self.active = Active(req, w)
         self.side_panel.reset_metrics(req.mode)
         self.status_label.setText("Generating…")
         self._update_buttons()
@@ -448,15 +455,17 @@ class MainWindow(QMainWindow):
     def _is_current(self, request_id: int) -> bool:
         return self.active is not None and self.active.request.request_id == request_id
 
-    def _on_tokens(self, request_id: int, events: list) -> None:
+    def _on_tokens(self, request_id: int, events: list, stats: dict) -> None:
         if not self._is_current(request_id):
             self.dropped_batches += 1
             return
         a = self.active
         a.events.extend(events)
-        a.live.add(events)
+        a.stats = dict(stats)
+        if stats.get("decode_tokens_per_second"):
+            a.series.append((stats["seconds"], stats["decode_tokens_per_second"]))
         a.widget.append_events(events)
-        self.side_panel.show_live(a.live, a.request.mode, a.request.draft_tokens)
+        self.side_panel.show_stats(a.stats, a.request.draft_tokens, a.series)
 
     def _on_finished(self, request_id: int, stats: dict) -> None:
         if not self._is_current(request_id):
@@ -474,13 +483,53 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"Generation failed: {message}")
         self._update_buttons()
 
+    def _on_too_long(self, request_id: int, info: dict) -> None:
+        """The chat plus its answer budget does not fit the target's context: nothing was
+        computed. Offer to leave the oldest turns out of the prompt (they stay in the chat and in
+        history); when even the last message does not fit, say what to shorten."""
+        if not self._is_current(request_id):
+            return
+        self.active = None
+        self.chat_view.remove_last()  # the empty answer bubble: no answer was started
+        self.status_label.setText("The chat does not fit the target's context")
+        self._update_buttons()
+        n, budget, context = info["prompt_tokens"], info["max_new_tokens"], info["context"]
+        drop = info.get("drop")
+        text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
+                f"context holds {context} tokens.")
+        box = QMessageBox(QMessageBox.Icon.Warning, "The chat does not fit the context", text,
+                          QMessageBox.StandardButton.NoButton, self)
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.drop_button = None
+        if drop is None:
+            box.setInformativeText("Even your last message with that answer budget does not fit: shorten it, or "
+                                   "lower Max new tokens, then press Regenerate. Nothing was deleted.")
+            box.addButton(QMessageBox.StandardButton.Ok)
+        else:
+            box.setInformativeText(f"Leave out the oldest {drop} message(s) of this conversation and send again? "
+                                   "They stay in the chat and in its history; only the model stops seeing them.")
+            box.drop_button = box.addButton("Drop oldest turns", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+
+            def clicked(button, drop=drop):
+                if button is box.drop_button and self.active is None:
+                    self.dropped_messages = drop
+                    self._start_generation(seed_offset=self._regenerations)  # the same request again
+
+            box.buttonClicked.connect(clicked)
+        box.open()
+        self.context_dialog = box
+
     def stop(self) -> None:
         """Esc: cancel the running generation. What streamed so far is kept and saved as a
         stopped message; anything the worker still sends for it is dropped."""
         if self.active is None:
             return
         self.worker.stop(self.active.request.request_id)
-        stats = self.active.live.to_dict()
+        # the engine's running stats of the last batch shown: they count exactly the tokens
+        # that are kept (the worker forwards nothing once stopped)
+        stats = dict(self.active.stats) or {"new_tokens": 0}
         stats["stop_reason"] = "cancelled"
         self._complete(stats)
 
@@ -513,7 +562,7 @@ class MainWindow(QMainWindow):
         w.text = content
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
-        self.side_panel.show_final(stats, a.live)
+        self.side_panel.show_stats(stats, req.draft_tokens, a.series)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
         self._update_buttons()
@@ -577,19 +626,3 @@ class MainWindow(QMainWindow):
         self.shutdown_ok = self.shutdown()
         super().closeEvent(e)
 
-
-def meta_line(stats: dict) -> str:
-    if not stats:
-        return ""
-    mode = stats.get("mode", "")
-    bits = [mode]
-    if mode == "speculative" and stats.get("proposer"):
-        bits.append(stats["proposer"])
-    if stats.get("tokens_per_second"):
-        bits.append(f"{stats['tokens_per_second']:.1f} tok/s")
-    if mode == "speculative":
-        bits.append(f"α {stats.get('acceptance_rate', 0.0):.2f}")
-        bits.append(f"τ {stats.get('mean_accepted_per_step', 0.0):.2f}")
-    if stats.get("stop_reason") == "cancelled":
-        bits.append("stopped")
-    return " · ".join(b for b in bits if b)

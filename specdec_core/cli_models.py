@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from specdec_core import models
-from specdec_core.models import cache, gguf_torch
+from specdec_core.models import cache, gguf_torch, last_load
 
 
 def add_models_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +80,8 @@ def collect() -> dict:
         "hf_cache_dir": hf_dir,
         "hf_cache_models": hf_repos,
         "auto": _machine(),
+        # the notes of the last load by `specdec generate/bench/race` or the app: kernels, fallbacks
+        "last_load": last_load.read(),
     }
 
 
@@ -129,6 +131,21 @@ def _print_report(r: dict, out) -> None:
             p(f"  {m['repo_id']:<45} {_size(m['bytes'])}")
         if not r["hf_cache_models"]:
             p("  (no models)")
+
+    p("")
+    ll = r.get("last_load")
+    if not ll:
+        p("Last load: none recorded yet (`specdec generate`, `bench`, `race` and the app record theirs)")
+    else:
+        p(f"Last load ({ll.get('when', '?')}):")
+        for role in ("target", "draft"):
+            info = ll.get(role)
+            if not info:
+                continue
+            p(f"  {role}: {info.get('name', '?')} [{info.get('source', '?')}] {info.get('dtype', '?')}, "
+              f"{info.get('device', '?')}" + (f", kernels {info['kernels']}" if info.get("kernels") else ""))
+            for note in info.get("notes") or []:
+                p(f"    - {note}")
 
     a = r["auto"]
     p("")

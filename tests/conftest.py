@@ -35,6 +35,25 @@ def _gc_in_gui_thread(request):
     collector.stop()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _last_load_record_in_tmp(tmp_path_factory):
+    """The CLI and the app record each load's report for `specdec models`; a test's tiny
+    models must not overwrite the user's record of their own last load. Session-wide, so that
+    module fixtures that load (the bench's report) are covered too."""
+    from specdec_core.models import last_load
+
+    path = tmp_path_factory.mktemp("last-load") / last_load.FILE_NAME
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(last_load, "record_path", lambda: path)
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def _no_last_load_yet(_last_load_record_in_tmp):
+    """Each test starts without a recorded load (one test's record is not another's)."""
+    _last_load_record_in_tmp.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch):
     """Tokenizers and kernel builds of the tiny GGUFs go to a cache of their own."""
