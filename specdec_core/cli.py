@@ -237,6 +237,10 @@ def run_generate(args) -> int:
     for role, lm in (("target", engine.target), ("draft", engine.draft)):
         if lm is not None:
             print(f"{role}: {lm.info.summary()}", file=sys.stderr)
+            from .models.device import bnb_note
+
+            if note := bnb_note(lm.info.quantization, lm.info.device):
+                print(f"  note: {note}", file=sys.stderr)
     if args.prompt_ids is not None:
         vocab = engine.target.model.config.get_text_config().vocab_size
         bad = [i for i in args.prompt_ids if i >= vocab]

@@ -197,7 +197,8 @@ class Engine:
             d = load_model(draft, role="draft", device=t.info.device, dtype=dtype, progress=progress, **load_kwargs)
             check_compatible(t, d)
         for lm, role in ((t, "target"), (d, "draft")):
-            if lm is not None and lm.info.device == "cpu":
+            # a bitsandbytes model (nf4/int8) keeps bitsandbytes' own layers: they are what was asked for
+            if lm is not None and lm.info.device == "cpu" and lm.info.quantization not in ("nf4", "int8"):
                 _use_cpu_kernels(lm, role, cpu_kernels)
         return cls(t, d)
 
