@@ -77,3 +77,34 @@ def _perturbed(model, seed, scale):
         for p in m.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale * p.abs().mean())
     return m
+
+
+@pytest.fixture
+def local_hub(tmp_path, monkeypatch):
+    """start(repos, rate=None) -> a running HubServer (tests/hub_server.py) that huggingface_hub
+    reaches through HF_ENDPOINT, with the HF cache and the app cache in tmp_path: real downloads
+    over HTTP from 127.0.0.1, never the internet."""
+    import huggingface_hub.constants as hf_constants
+
+    from hub_server import HubServer
+
+    servers = []
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    # huggingface_hub reads these at import time; the functions read the constants at call time
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+
+    def start(repos, rate=None):
+        server = HubServer(repos, rate).__enter__()
+        servers.append(server)
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__()
