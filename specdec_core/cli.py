@@ -234,8 +234,11 @@ def run_generate(args) -> int:
     settings_from_args(args, 0)  # validate sampling settings before loading anything
     need_draft = args.mode == "speculative" and args.proposer == "draft"
     engine = load_engine(args, need_draft)
-    for role, lm in (("target", engine.target), ("draft", engine.draft)):
+    from .models import recent
+
+    for role, spec, lm in (("target", args.target, engine.target), ("draft", args.draft, engine.draft)):
         if lm is not None:
+            recent.remember(spec, role, vars(lm.info))  # `specdec models` shows what it loaded as
             print(f"{role}: {lm.info.summary()}", file=sys.stderr)
             from .models.device import bnb_note
 

@@ -19,6 +19,13 @@ def soften(model, factor: float):
 
 
 @pytest.fixture(autouse=True)
+def _own_data_dir(tmp_path, monkeypatch):
+    """Recent models (specdec_core/models/recent.py) are written to the test's own folder, never
+    to the user's data folder."""
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "user-data"))
+
+
+@pytest.fixture(autouse=True)
 def _gc_in_gui_thread(request):
     """Qt tests collect cycles in the GUI thread only, as the app does (app/gui_gc.py): a worker
     thread that ran the collector could destroy an earlier test's widgets off the GUI thread,

@@ -153,6 +153,21 @@ def test_nf4_on_cpu_through_the_cli(pair, capsys):
     assert rc == 0
     assert "quantization nf4" in err and "on cpu" in err
     assert "bitsandbytes' CPU backend" in err  # the one-line note that it is slow there
+    # `specdec models` shows what it loaded as: NF4, bytes, device
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert f"target: {target_dir.resolve()}" in out
+    line = out.split(f"target: {target_dir.resolve()}", 1)[1].splitlines()[1]
+    assert line.strip().startswith("loaded as nf4 (float32 compute) on cpu, ") and "KiB" in line
+    import json
+
+    assert main(["models", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    mine = [m for m in report["local_models"] if m["spec"] == str(target_dir.resolve())]
+    assert len(mine) == 1 and mine[0]["loaded"]["quantization"] == "nf4" and mine[0]["loaded"]["device"] == "cpu"
+    assert mine[0]["loaded"]["memory_bytes"] > 0 and mine[0]["format"] == "safetensors"
+    assert {"machine", "presets", "local_models", "recent", "partial_downloads", "hf_cache_models"} <= set(report)
+    assert all("estimate" in p and "fits" in p for p in report["presets"])
 
 
 # ---------------------------------------------------------------- a real model (slow)

@@ -33,6 +33,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # bitsandbytes NF4 with double quantization: 4 bits, a uint8 absmax per 64 weights, a float32
 # per 256 absmax blocks (and a 256-entry code book: negligible)
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
+NF4_BYTES_PER_LAYER = (256 + 16) * 4 + 8  # its two code books and an offset: only small models notice
 INT8_BYTES_PER_WEIGHT = 1.0
 _NOT_QUANTIZED = ("embed", "lm_head", "wte", "wpe", "norm", "output.weight", "token_embd")
 
@@ -53,18 +54,22 @@ def gib(n: float | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f} GiB"
 
 
-def linear_split(tensors: list[Tensor]) -> tuple[int, int]:
-    """(all parameters, those in linear layers bitsandbytes would quantize)."""
+def count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M" if n >= 1e6 else f"{n / 1e3:.0f} K"
+
+
+def linear_split(tensors: list[Tensor]) -> tuple[int, int, int]:
+    """(all parameters, those in linear layers bitsandbytes would quantize, how many layers)."""
     total = sum(t.numel for t in tensors)
-    linear = sum(t.numel for t in tensors if len(t.shape) == 2 and t.name.endswith(".weight")
-                 and not any(w in t.name for w in _NOT_QUANTIZED))
-    return total, linear
+    linears = [t for t in tensors if len(t.shape) == 2 and t.name.endswith(".weight")
+               and not any(w in t.name for w in _NOT_QUANTIZED)]
+    return total, sum(t.numel for t in linears), len(linears)
 
 
-def weight_bytes(total: int, linear: int, dtype: str, quantization: str) -> int:
+def weight_bytes(total: int, linear: int, dtype: str, quantization: str, layers: int = 0) -> int:
     width = DTYPE_BYTES.get(dtype, 4)
     if quantization == "nf4":
-        return int(linear * NF4_BYTES_PER_WEIGHT + (total - linear) * width)
+        return int(linear * NF4_BYTES_PER_WEIGHT + layers * NF4_BYTES_PER_LAYER + (total - linear) * width)
     if quantization == "int8":
         return int(linear * INT8_BYTES_PER_WEIGHT + (total - linear) * width)
     return total * width
@@ -77,15 +82,15 @@ def _with_overhead(n: int) -> int:
 def _gguf(params: int, file_bytes: int, dtype: str, label: str) -> Estimate:
     if GGUF_DEQUANTIZED_ON_LOAD:
         return Estimate(_with_overhead(params * DTYPE_BYTES.get(dtype, 4)),
-                        f"{label}: {params / 1e9:.2f} B parameters as {dtype} (a GGUF is dequantized on load) "
+                        f"{label}: {count(params)} parameters as {dtype} (a GGUF is dequantized on load) "
                         f"+ {OVERHEAD:.0%}")
     return Estimate(_with_overhead(file_bytes), f"{label}: the GGUF's {gib(file_bytes)} + {OVERHEAD:.0%}")
 
 
-def _shape(total: int, linear: int, dtype: str, quantization: str, label: str) -> Estimate:
+def _shape(total: int, linear: int, dtype: str, quantization: str, label: str, layers: int = 0) -> Estimate:
     q = "" if quantization == "none" else f", linear layers {quantization}"
-    return Estimate(_with_overhead(weight_bytes(total, linear, dtype, quantization)),
-                    f"{label}: {total / 1e9:.2f} B parameters as {dtype}{q} + {OVERHEAD:.0%}")
+    return Estimate(_with_overhead(weight_bytes(total, linear, dtype, quantization, layers)),
+                    f"{label}: {count(total)} parameters as {dtype}{q} + {OVERHEAD:.0%}")
 
 
 def _folder(folder: Path, dtype: str, quantization: str, label: str) -> Estimate:
@@ -94,8 +99,8 @@ def _folder(folder: Path, dtype: str, quantization: str, label: str) -> Estimate
         return Estimate(None, f"{label}: {m.error}")
     if "bitsandbytes" in m.quantization or m.format == "pickle":  # stored as it will sit in memory
         return Estimate(_with_overhead(m.bytes), f"{label}: its {gib(m.bytes)} on disk ({m.quantization}) + {OVERHEAD:.0%}")
-    total, linear = linear_split(folder_tensors(folder))
-    return _shape(total, linear, dtype, quantization, label)
+    total, linear, layers = linear_split(folder_tensors(folder))
+    return _shape(total, linear, dtype, quantization, label, layers)
 
 
 def estimate(spec: str, role: str, *, dtype: str, quantization: str) -> Estimate:

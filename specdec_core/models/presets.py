@@ -20,7 +20,7 @@ class Preset:
 
 PRESETS: tuple[Preset, ...] = (
     Preset(
-        "cpu-default", "default", "default", "cpu", None, "~8 GiB RAM (float32)",
+        "cpu-default", "default", "default", "cpu", None, "~10 GiB RAM (float32)",
         "embedded Qwen2.5-Coder-1.5B-Instruct + 0.5B-Instruct (Q4_K_M GGUF, from PyPI); works offline",
     ),
     Preset(
