@@ -215,8 +215,8 @@ def embedded_models() -> list[LocalModel]:
     for role in ("target", "draft"):
         em = default_pair.embedded(role)
         path = default_pair.assembled_path(em)
-        m = LocalModel("default", em.name, "embedded", "GGUF", em.name.rsplit("(", 1)[-1].rstrip(")"),
-                       em.size, path=str(path), role=role)
+        quant = em.name.rsplit("(", 1)[-1].rstrip(")") if em.name.endswith(")") else "?"  # "... (Q4_K_M)"
+        m = LocalModel("default", em.name, "embedded", "GGUF", quant, em.size, path=str(path), role=role)
         if path.is_file() and path.stat().st_size == em.size:
             d = describe_gguf(path, "embedded", spec="default")
             m.params, m.architecture, m.quantization = d.params, d.architecture, d.quantization

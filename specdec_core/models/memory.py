@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import ModelError
-from .local import LocalModel, Tensor, describe_folder, folder_tensors, gguf_header
+from .local import Tensor, describe_folder, folder_tensors, gguf_header
 from .presets import KNOWN_SHAPES, PRESETS, Preset
 
 OVERHEAD = 0.10
@@ -37,8 +37,11 @@ NF4_BYTES_PER_LAYER = (256 + 16) * 4 + 8  # its two code books and an offset: on
 INT8_BYTES_PER_WEIGHT = 1.0
 _NOT_QUANTIZED = ("embed", "lm_head", "wte", "wpe", "norm", "output.weight", "token_embd")
 
-# the embedded pair's parameter counts (their GGUF headers), for before they are assembled
-EMBEDDED_PARAMS = {"target": 1_777_088_000, "draft": 630_167_424}
+# the embedded pair's parameter counts (their GGUF headers), by sha256, for before they are assembled
+EMBEDDED_PARAMS = {
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046": 1_777_088_000,
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32": 630_167_424,
+}
 
 
 @dataclass
@@ -116,10 +119,12 @@ def estimate(spec: str, role: str, *, dtype: str, quantization: str) -> Estimate
     if sp.kind == "default":
         em = default_pair.embedded(role)
         path = default_pair.assembled_path(em)
-        params = EMBEDDED_PARAMS.get(role)
+        params = EMBEDDED_PARAMS.get(em.sha256)
         if path.is_file():
             _, tensors, _ = gguf_header(path)
             params = sum(t.numel for t in tensors)
+        if params is None:
+            return Estimate(None, f"{label}: not assembled yet")
         return _gguf(params, em.size, dtype, label)
     if sp.kind == "gguf":
         try:
@@ -251,6 +256,13 @@ def resolve(device: str, dtype: str, quantization: str | None, role: str, spec: 
     return device, dt, q
 
 
+def estimate_for(spec: str, role: str, machine: Machine, *, device: str = "auto", quantization: str | None = None
+                 ) -> tuple[str, Estimate]:
+    """(device, estimate) for one model as it would load here by default."""
+    dev, dt, q = resolve(device, "auto", quantization, role, spec, machine)
+    return dev, estimate(spec, role, dtype=dt, quantization=q)
+
+
 def estimate_pair(target: str, draft: str | None, machine: Machine, *, device: str = "auto", dtype: str = "auto",
                   quantization: str | None = None) -> PairEstimate:
     dev, dt, q = resolve(device, dtype, quantization, "target", target, machine)
@@ -273,8 +285,14 @@ def fits(need: int | None, device: str, machine: Machine, freeable: int = 0) -> 
     return need is None or need <= machine.free(device) + freeable
 
 
-def too_big_message(pair: PairEstimate, machine: Machine, freeable: int = 0, names: tuple[str, str] = ("", "")
-                    ) -> str | None:
+def smaller_preset(need: int, machine: Machine, freeable: int = 0) -> tuple[Preset, PairEstimate] | None:
+    """The largest preset that needs less than `need` and fits this machine, if any."""
+    smaller = [(p, e) for p in PRESETS for e in [estimate_preset(p, machine)]
+               if e.bytes is not None and e.bytes < need and fits(e.bytes, e.device, machine, freeable)]
+    return max(smaller, key=lambda pe: pe[1].bytes) if smaller else None
+
+
+def too_big_message(pair: PairEstimate, machine: Machine, freeable: int = 0) -> str | None:
     """None when the pair fits; else the numbers and what would fit instead."""
     need = pair.bytes
     if fits(need, pair.device, machine, freeable):
@@ -284,10 +302,9 @@ def too_big_message(pair: PairEstimate, machine: Machine, freeable: int = 0, nam
     parts = [f"target {gib(pair.target.bytes)}"] + ([f"draft {gib(pair.draft.bytes)}"] if pair.draft else [])
     msg = (f"This choice needs about {gib(need)} of {where} ({', '.join(parts)}), and this machine has "
            f"{gib(free)} free of {gib(machine.total(pair.device))}.")
-    smaller = [(p, e) for p in PRESETS for e in [estimate_preset(p, machine)]
-               if e.bytes is not None and e.bytes < need and fits(e.bytes, e.device, machine, freeable)]
-    if smaller:
-        p, e = max(smaller, key=lambda pe: pe[1].bytes)
+    found = smaller_preset(need, machine, freeable)
+    if found:
+        p, e = found
         msg += f" The {p.name} preset ({p.target} + {p.draft}) needs about {gib(e.bytes)} and fits."
     else:
         msg += " None of the presets fits either: close other programs or pick a smaller model."
