@@ -73,7 +73,14 @@ def size_text(n: int | float | None) -> str:
 
 
 def gib_text(n: int | float | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.1f} GiB"
+    """Memory in binary units: GiB from 1 GiB up, MiB or KiB below (tiny models are tiny)."""
+    if n is None:
+        return "?"
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    if n >= 2**20:
+        return f"{n / 2**20:.0f} MiB"
+    return f"{max(n, 1) / 2**10:.0f} KiB"
 
 
 def eta_text(seconds: float | None) -> str:
@@ -143,6 +150,7 @@ class ModelsDialog(QDialog):
         self.inspector.described.connect(self._on_described)
         self.inspector.draft_checked.connect(self._on_draft_checked)
         self.inspector.drafts_done.connect(self._on_drafts_done)
+        self.inspector.target_unreadable.connect(self._on_target_unreadable)
         self.inspector.estimated.connect(self._on_estimated)
         self.inspector.failed.connect(lambda msg: self._set_status(msg, error=True))
         self.downloader.progress.connect(self._on_download_progress)
@@ -151,7 +159,7 @@ class ModelsDialog(QDialog):
         self.downloader.cancelled.connect(self._on_download_cancelled)
 
         self._build()
-        self.resize(1120, 680)
+        self.resize(1240, 700)
         self.rescan()
 
     # -- layout ---------------------------------------------------------------------------
@@ -177,6 +185,7 @@ class ModelsDialog(QDialog):
         self.tree.setAlternatingRowColors(True)
         self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         header = self.tree.header()
+        header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for col in range(1, 5):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
@@ -264,7 +273,7 @@ class ModelsDialog(QDialog):
         self.memory_label.setTextFormat(Qt.TextFormat.RichText)
         rlay.addWidget(self.memory_label)
         split.addWidget(right)
-        split.setSizes([660, 440])
+        split.setSizes([760, 480])
 
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.load_button = self.buttons.addButton("Load", QDialogButtonBox.ButtonRole.AcceptRole)
@@ -353,11 +362,12 @@ class ModelsDialog(QDialog):
                 where += " (none here: on the CPU, slowly)"
             need_text, need_tip = self._need_cell({**e, "how": " · ".join(
                 x["how"] for x in (e["target"], e["draft"]) if x)}, p["fits"])
-            quant = p["target_quantization"] or ("GGUF Q4_K_M" if p["target"] == "default" else "auto")
-            item = QTreeWidgetItem([f"{p['name']}: {p['target']} + {p['draft']}",
+            quant = p["target_quantization"] or ("Q4_K_M" if p["target"] == "default" else "auto")
+            shown = "embedded Qwen2.5-Coder-1.5B-Instruct" if p["target"] == "default" else p["target"].split("/")[-1]
+            item = QTreeWidgetItem([f"{p['name']}: {shown}",
                                     "GGUF" if p["target"] == "default" else "safetensors",
                                     quant.upper() if quant in ("nf4", "int8") else quant, "", need_text])
-            item.setToolTip(0, f"{p['notes']} — {where}")
+            item.setToolTip(0, f"{p['target']} + draft {p['draft']}\n{p['notes']} — {where}")
             item.setToolTip(4, need_tip)
             if not p["fits"]:
                 item.setForeground(4, QBrush(self.palette().color(self.palette().ColorRole.PlaceholderText)))
@@ -466,20 +476,22 @@ class ModelsDialog(QDialog):
             key = "model:default:draft" if spec == "default" else f"model:{spec}"
             cands[key] = {"spec": spec, "role": "draft", "name": m["name"], "bytes": m["bytes"],
                           "detail": f"{m['format']} {m['quantization']} · {size_text(m['bytes'])}"}
-        if t["kind"] == "preset":
-            d = t["preset"]["draft"]
-            key = "model:default:draft" if d == "default" else self._key_for_spec(d, "draft")
-            if key not in cands:
-                cands[key] = {"spec": d, "role": "draft", "name": d, "bytes": 0, "detail": "hub model, not downloaded"}
         for c in cands.values():
             c.update(status="checking", reason="")
+        if t["kind"] == "preset":  # a known-good pair: its own draft fits, downloaded or not
+            d = t["preset"]["draft"]
+            key = "model:default:draft" if d == "default" else self._key_for_spec(d, "draft")
+            detail = cands[key]["detail"] if key in cands else "hub model, downloaded when loaded"
+            cands[key] = {"spec": d, "role": "draft", "name": cands.get(key, {}).get("name", d),
+                          "bytes": cands.get(key, {}).get("bytes", 0), "status": "ok", "reason": "",
+                          "detail": f"the preset's own draft (a known-good pair) · {detail}"}
         self.drafts = cands
         self._fill_drafts(self._preferred_draft(t))
         self._job += 1
         target_role = "target"
-        self._drafts_job = DraftsJob(self._job, (t["spec"], target_role),
-                                     {k: (c["spec"], c["role"]) for k, c in cands.items()})
-        if cands:
+        to_check = {k: (c["spec"], c["role"]) for k, c in cands.items() if c["status"] == "checking"}
+        self._drafts_job = DraftsJob(self._job, (t["spec"], target_role), to_check)
+        if to_check:
             self.inspector.request_drafts(self._drafts_job)
         else:
             self.drafts_checked.emit()
@@ -512,6 +524,19 @@ class ModelsDialog(QDialog):
         if job_id != self._job or key not in self.drafts:
             return
         self.drafts[key].update(status=status, reason=reason)
+        self._fill_drafts()
+
+    def _on_target_unreadable(self, job_id: int, reason: str) -> None:
+        """No draft can be compared with a target whose tokenizer is not here (a hub model not
+        downloaded, offline): say so once, and leave the candidates selectable but unchecked."""
+        if job_id != self._job:
+            return
+        t = self.selected_target()
+        name = html.escape(t["name"]) if t else "this target"
+        self.drafts_title.setText(f"Drafts for <b>{name}</b> cannot be checked yet: {html.escape(reason)}")
+        for c in self.drafts.values():
+            if c["status"] == "checking":
+                c.update(status="unknown", reason="the target's tokenizer is not here yet (loading checks the pair)")
         self._fill_drafts()
 
     def _on_drafts_done(self, job_id: int) -> None:

@@ -58,6 +58,7 @@ class InspectWorker(QObject):
     scanned = Signal(object)  # {"machine", "presets", "local"}
     described = Signal(object)  # a LocalModel dict (a file or folder the user opened)
     draft_checked = Signal(int, str, str, str)  # job id, candidate key, "ok" | "no" | "unknown", reason
+    target_unreadable = Signal(int, str)  # job id, why no draft can be checked against it
     drafts_done = Signal(int)
     estimated = Signal(int, object)  # job id, {"pair": PairEstimate dict, "too_big": str | None}
     failed = Signal(str)
@@ -137,9 +138,8 @@ class InspectWorker(QObject):
 
         try:
             target = vocab.read_vocab(*job.target)
-        except ModelError as exc:
-            for key in job.candidates:
-                self.draft_checked.emit(job.job_id, key, "unknown", f"the target cannot be read: {exc}")
+        except Exception as exc:  # noqa: BLE001 -- ModelError above all: one line for the dialog
+            self.target_unreadable.emit(job.job_id, str(exc) if isinstance(exc, ModelError) else _one_line(exc))
             self.drafts_done.emit(job.job_id)
             return
         for key, (spec, role) in job.candidates.items():

@@ -194,10 +194,17 @@ def test_real_0_5b_nf4_on_cpu(tmp_path):
     save_model(folder, model, tok)
     del model
 
+    from specdec_core.models import memory, vocab
+
+    # the vocabulary read from the folder's tokenizer is the one read from the GGUF's header
+    assert vocab.read_vocab(str(folder)).tokens == vocab.read_vocab(str(gguf)).tokens
     engine = Engine.load(str(folder), str(folder), device="cpu", quantization="nf4", cpu_kernels="default")
     info = engine.target.info
     assert info.quantization == "nf4" and info.device == "cpu"
     assert info.memory_bytes < 0.6 * engine.draft.info.memory_bytes  # 4-bit linears; embeddings stay float32
+    # the estimate the Models dialog shows before loading is what loading took
+    est = memory.estimate(str(folder), "target", dtype="float32", quantization="nf4").bytes / (1 + memory.OVERHEAD)
+    assert abs(est - info.memory_bytes) < 0.02 * info.memory_bytes
     prompt = engine.encode_prompt("Write a Python function that returns the n-th Fibonacci number.")
     n = 32
     t = time.perf_counter()

@@ -139,6 +139,12 @@ def test_unknown_id_and_no_network_are_one_line(local_hub, tiny_files, monkeypat
     with pytest.raises(ModelError, match="cannot reach the Hugging Face hub") as e:
         download.download("tiny/model")
     one_line(e.value)
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(ModelError, match="cannot reach the Hugging Face hub"):
+        vocab.read_vocab("tiny/model")  # a draft check fails at once, without huggingface_hub's retries
+    assert time.monotonic() - t0 < 5
     monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelError, match="cannot reach the Hugging Face hub.*offline") as e:
         download.download("tiny/model")

@@ -113,10 +113,10 @@ def test_lists_presets_with_needs_and_the_local_models(qtbot, open_dialog, env):
     assert all("GiB RAM" in p or "GiB VRAM" in p for p in presets[1:])
     assert presets[0].endswith("| ?")  # cpu-default: this fake pair's draft is not assembled, its size unknown
     here = lists["On this computer"]
-    assert here[0].startswith("tiny embedded target  (embedded target) | GGUF | F32 | ") and "GiB RAM  ✓" in here[0]
+    assert here[0].startswith("tiny embedded target  (embedded target) | GGUF | F32 | ") and here[0].endswith("KiB RAM  ✓")
     # the embedded draft, not assembled yet, cannot be a target by path (it is the pair's draft)
     assert here[1].startswith("tiny embedded draft  (embedded draft) | GGUF | ?")
-    assert any(r.startswith("tiny-qwen2  (recent) | GGUF | Q8_0") and "GiB RAM" in r for r in here)
+    assert any(r.startswith("tiny-qwen2  (recent) | GGUF | Q8_0") and r.endswith("KiB RAM  ✓") for r in here)
     # the dialog opens on what is loaded now: the embedded pair
     assert dlg.selected_target_key() == "model:default:target"
     qtbot.waitUntil(lambda: dlg.selected_draft_key() == "model:default:draft", timeout=TIMEOUT)
@@ -171,6 +171,18 @@ def test_drafts_that_fit_come_first_and_the_others_say_why(qtbot, open_dialog, e
     assert dlg.quant.isEnabled()
     dlg.quant.setCurrentIndex(dlg.quant.findData("nf4"))
     assert dlg.request().quantization == "nf4"
+
+
+def test_a_preset_not_downloaded_keeps_its_own_draft_and_says_why_others_wait(qtbot, open_dialog, env):
+    recent.remember(str(folder(env, "t")), file=env / "data" / recent.FILE_NAME)
+    dlg = open_dialog()
+    pick_target(qtbot, dlg, "preset:gpu-7b")  # offline, nothing of it downloaded
+    assert "cannot be checked yet: cannot reach the Hugging Face hub" in dlg.drafts_title.text()
+    items = {k: (s, enabled, text) for k, s, enabled, text in dlg.draft_items()}
+    own = items["model:Qwen/Qwen2.5-0.5B-Instruct"]
+    assert own[0] == "ok" and "known-good pair" in own[2]
+    assert dlg.selected_draft_key() == "model:Qwen/Qwen2.5-0.5B-Instruct"
+    assert items[f"model:{(env / 't').resolve()}"][:2] == ("unknown", True)
 
 
 def test_open_gguf_file_lists_and_picks_it(qtbot, open_dialog, env):
@@ -298,3 +310,17 @@ def test_main_window_loads_what_the_dialog_chose(qtbot, env, tmp_path):
     assert win.send("the cat")
     qtbot.waitSignal(win.message_done, timeout=120_000).wait()
     win.close()
+
+
+def test_side_panel_names_bitsandbytes_weights(qtbot):
+    from app.side_panel import SidePanel
+    from app.theme import Theme
+
+    panel = SidePanel(Theme(False))
+    qtbot.addWidget(panel)
+    panel.set_models({"name": "t", "dtype": "float32", "quantization": "nf4", "device": "cpu",
+                      "memory_bytes": 300 << 20}, {"name": "d", "dtype": "float32", "quantization": "int8",
+                                                   "device": "cpu", "memory_bytes": 5 << 20})
+    assert "NF4 4-bit (bitsandbytes) · float32 compute · cpu" in panel.target_label.text()
+    assert "memory 300.0 MB" in panel.target_label.text()
+    assert "int8 (bitsandbytes) · float32 compute · cpu" in panel.draft_label.text()

@@ -119,7 +119,7 @@ def read_gguf(path: Path) -> Vocab:
 def hub_tokenizer_folder(repo_id: str) -> Path:
     """A folder holding hub model `repo_id`'s tokenizer files: its local snapshot when cached,
     else the tokenizer files alone, fetched (a few MB, not the weights)."""
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url, try_to_load_from_cache
     from huggingface_hub import errors as hf_errors
 
     from .hub import _translate
@@ -127,6 +127,15 @@ def hub_tokenizer_folder(repo_id: str) -> Path:
     cached = try_to_load_from_cache(repo_id, "config.json")
     if isinstance(cached, str):
         return Path(cached).parent
+    try:
+        # one request without retries first: offline, hf_hub_download retries each file with
+        # backoff (about 23 s) before giving up, far too long for a list waiting on the answer
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"))
+    except hf_errors.EntryNotFoundError as e:
+        if isinstance(e, hf_errors.LocalEntryNotFoundError):
+            raise _translate(e, repo_id) from None
+    except Exception as e:  # noqa: BLE001
+        raise _translate(e, repo_id) from None
     folder = None
     for name in TOKENIZER_FILES:
         try:
