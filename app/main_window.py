@@ -290,6 +290,14 @@ class MainWindow(QMainWindow):
         dlg.open()
         self.models_dialog = dlg
 
+    def _close_models_dialog(self) -> None:
+        """Its threads end before the window goes (a download in flight keeps its bytes)."""
+        import shiboken6
+
+        dlg = self.models_dialog
+        if dlg is not None and shiboken6.isValid(dlg):
+            dlg.shutdown()
+
     @property
     def recent_file(self) -> Path:
         from specdec_core.models import recent  # plain JSON, no torch
@@ -552,6 +560,7 @@ class MainWindow(QMainWindow):
             self.worker.stop(self.active.request.request_id)
             self.active = None
         self.race_view.shutdown()
+        self._close_models_dialog()
         ended = stop_worker(self.worker, self.thread, 5000)
         self.history.close()
         return ended

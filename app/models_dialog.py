@@ -141,6 +141,7 @@ class ModelsDialog(QDialog):
         self._estimate_id = 0
         self._estimated_for: tuple | None = None
         self._first_scan = True
+        self._closed = False
 
         self.inspector = InspectWorker()
         self.inspect_thread = start_in_thread(self.inspector, "specdec-models-inspect", self)
@@ -285,6 +286,8 @@ class ModelsDialog(QDialog):
 
     # -- scanning -------------------------------------------------------------------------
     def rescan(self) -> None:
+        if self._closed:
+            return
         self.machine_label.setText(self.machine_label.text() if self.machine else "This machine: measuring…")
         self.rescan_button.setEnabled(False)
         self.inspector.request_scan(self.recent_file)
@@ -491,7 +494,7 @@ class ModelsDialog(QDialog):
         target_role = "target"
         to_check = {k: (c["spec"], c["role"]) for k, c in cands.items() if c["status"] == "checking"}
         self._drafts_job = DraftsJob(self._job, (t["spec"], target_role), to_check)
-        if to_check:
+        if to_check and not self._closed:
             self.inspector.request_drafts(self._drafts_job)
         else:
             self.drafts_checked.emit()
@@ -627,6 +630,8 @@ class ModelsDialog(QDialog):
         self._request_estimate()
 
     def _request_estimate(self) -> None:
+        if self._closed:
+            return
         t = self.selected_target()
         if t is None or not t.get("spec"):
             self.estimate, self._estimated_for = None, None
@@ -728,12 +733,13 @@ class ModelsDialog(QDialog):
         resolved = str(Path(path).expanduser().resolve())
         recent.remember(resolved, file=self.recent_file)
         self._set_status(f"Reading {resolved}…")
-        self.inspector.request_describe(resolved)
+        if not self._closed:
+            self.inspector.request_describe(resolved)
 
     # -- downloads ------------------------------------------------------------------------
     def start_download(self) -> None:
         spec = self.hub_edit.text().strip()
-        if not spec or self._download is not None:
+        if not spec or self._download is not None or self._closed:
             return
         self._job += 1
         self._download = DownloadJob(self._job, spec)
@@ -810,6 +816,18 @@ class ModelsDialog(QDialog):
 
     def shutdown(self) -> None:
         """Stop the workers: a running download is cancelled (its bytes stay for next time)."""
+        if self._closed:
+            return
+        self._closed = True
+        # answers still queued for this dialog are dropped: it asks nothing more of the workers
+        for worker, names in ((self.inspector, ("scanned", "described", "draft_checked", "drafts_done",
+                                                "target_unreadable", "estimated", "failed")),
+                              (self.downloader, ("progress", "done", "failed", "cancelled"))):
+            for name in names:
+                try:
+                    getattr(worker, name).disconnect()
+                except (RuntimeError, TypeError):
+                    pass
         if self._drafts_job is not None:
             self._drafts_job.cancel.set()
         self.downloader.cancel()

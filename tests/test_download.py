@@ -42,7 +42,7 @@ def one_line(err: BaseException) -> str:
 
 
 def test_download_reports_bytes_speed_and_time_left(local_hub, tiny_files, monkeypatch):
-    hub = local_hub({"tiny/model": tiny_files}, rate=1_500_000)
+    hub = local_hub({"tiny/model": tiny_files}, rate=500_000)
     seen = []
     folder = download.download("tiny/model", seen.append)
     total = sum(len(b) for b in tiny_files.values())
@@ -52,8 +52,8 @@ def test_download_reports_bytes_speed_and_time_left(local_hub, tiny_files, monke
     assert seen[-1].files_done == seen[-1].files_total == len(tiny_files)
     mid = [p for p in seen if 0 < p.done < total and p.speed > 0]
     assert mid, "no progress report in flight"
-    # measured speed is the server's rate, give or take scheduling; time left follows from it
-    assert any(0.3e6 < p.speed < 3e6 for p in mid)
+    # measured speed is the server's rate (500 kB/s), give or take scheduling; time left follows from it
+    assert any(0.1e6 < p.speed < 1.5e6 for p in mid)
     assert all(p.eta is None or abs(p.eta - (p.total - p.done) / p.speed) < 1e-6 for p in mid)
     assert "model.safetensors" in {p.file for p in mid}
     assert hub.ranges("model.safetensors") == [""]  # a fresh download: no Range

@@ -218,7 +218,8 @@ def test_download_with_progress_cancel_and_resume(qtbot, open_dialog, env, local
     dlg.hub_edit.setText("tiny/model")
     dlg.download_button.click()
     assert not dlg.download_button.isEnabled() and dlg.dl_panel.isVisible()
-    qtbot.waitUntil(lambda: "/s ·" in dlg.dl_detail.text() and "left" in dlg.dl_detail.text(), timeout=TIMEOUT)
+    qtbot.waitUntil(lambda: "/s ·" in dlg.dl_detail.text() and "left" in dlg.dl_detail.text()
+                    and "model.safetensors" in dlg.dl_detail.text() and dlg.dl_bar.value() > 100, timeout=TIMEOUT)
     assert " of " in dlg.dl_detail.text() and dlg.dl_bar.value() > 0
     with qtbot.waitSignal(dlg.download_finished, timeout=TIMEOUT) as sig:
         dlg.dl_cancel.click()
@@ -324,3 +325,18 @@ def test_side_panel_names_bitsandbytes_weights(qtbot):
     assert "NF4 4-bit (bitsandbytes) · float32 compute · cpu" in panel.target_label.text()
     assert "memory 300.0 MB" in panel.target_label.text()
     assert "int8 (bitsandbytes) · float32 compute · cpu" in panel.draft_label.text()
+
+
+def test_closing_the_window_with_the_dialog_open_ends_its_threads(qtbot, env, tmp_path):
+    from app.main_window import MainWindow
+    from app.theme import Theme
+    from app_fixtures import tiny_factory
+
+    win = MainWindow(tmp_path / "d", Theme(False), LoadRequest(factory=tiny_factory()))
+    qtbot.addWidget(win)
+    win.load_dialog()
+    dlg = win.models_dialog
+    threads = (dlg.inspect_thread, dlg.download_thread)
+    assert all(t.isRunning() for t in threads)
+    win.close()
+    assert win.shutdown_ok and not any(t.isRunning() for t in threads)
