@@ -216,6 +216,20 @@ class ModelsDialog(QDialog):
         hub.addWidget(self.hub_edit, 1)
         hub.addWidget(self.download_button)
         llay.addLayout(hub)
+        self.partial_row = QWidget()
+        prow = QHBoxLayout(self.partial_row)
+        prow.setContentsMargins(0, 0, 0, 0)
+        self.partial_label = QLabel("Stopped downloads:")
+        self.partial_label.setObjectName("Muted")
+        self.partial_combo = QComboBox()
+        self.partial_combo.setToolTip("downloads stopped part-way: what arrived is kept")
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.clicked.connect(self.resume_download)
+        prow.addWidget(self.partial_label)
+        prow.addWidget(self.partial_combo, 1)
+        prow.addWidget(self.resume_button)
+        self.partial_row.hide()
+        llay.addWidget(self.partial_row)
         self.dl_panel = QWidget()
         dl = QVBoxLayout(self.dl_panel)
         dl.setContentsMargins(0, 0, 0, 0)
@@ -300,6 +314,7 @@ class ModelsDialog(QDialog):
         if self.machine.get("gpus") and self.device.findData("cuda") < 0:
             self.device.addItem("CUDA GPU", "cuda")
         self.rescan_button.setEnabled(True)
+        self._fill_partials(result.get("partial") or [])
         keep = self._select_after_scan or self.selected_target_key()
         if self._first_scan:
             keep = keep or self._key_for_spec(self.current.target, "target")
@@ -738,9 +753,13 @@ class ModelsDialog(QDialog):
 
     # -- downloads ------------------------------------------------------------------------
     def start_download(self) -> None:
-        spec = self.hub_edit.text().strip()
+        from specdec_core.models.download import normalize_hub_id  # plain text handling, no torch
+
+        spec = normalize_hub_id(self.hub_edit.text())
         if not spec or self._download is not None or self._closed:
             return
+        self.hub_edit.setText(spec)
+        self.partial_row.hide()
         self._job += 1
         self._download = DownloadJob(self._job, spec)
         self.download_button.setEnabled(False)
@@ -752,6 +771,23 @@ class ModelsDialog(QDialog):
         self.dl_cancel.setEnabled(True)
         self.dl_panel.show()
         self.downloader.request_download(self._download)
+
+    def _fill_partials(self, partials: list[dict]) -> None:
+        """Stopped downloads, one line per model: Resume continues from the kept bytes."""
+        by_spec: dict[str, int] = {}
+        for p in partials:
+            if p.get("spec"):
+                by_spec[p["spec"]] = by_spec.get(p["spec"], 0) + p["bytes"]
+        self.partial_combo.clear()
+        for spec, kept in sorted(by_spec.items()):
+            self.partial_combo.addItem(f"{spec}  ({size_text(kept) or '0 B'} kept)", spec)
+        self.partial_row.setVisible(bool(by_spec) and self._download is None)
+
+    def resume_download(self) -> None:
+        spec = self.partial_combo.currentData()
+        if spec:
+            self.hub_edit.setText(spec)
+            self.start_download()
 
     def cancel_download(self) -> None:
         self.downloader.cancel()
@@ -807,6 +843,7 @@ class ModelsDialog(QDialog):
         self.dl_bar.setRange(0, 1000)
         self.dl_detail.setText(f"cancelled: {size_text(info['kept']) or '0 B'} of {size_text(info['total'])} kept; "
                                "Download again to resume from there")
+        self.rescan()  # lists it under the stopped downloads
         self.download_finished.emit("cancelled")
 
     # -- misc -----------------------------------------------------------------------------

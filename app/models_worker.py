@@ -118,8 +118,10 @@ class InspectWorker(QObject):
                 e = memory.estimate_preset(p, machine)
                 presets.append({**p.__dict__, "estimate": e.to_dict(), "fits": memory.fits(e.bytes, e.device, machine)})
             models = [self._with_need(m) for m in local.scan(recent_file)]
+            from specdec_core.models import download
+
             self.scanned.emit({"machine": {**machine.to_dict(), "summary": machine.summary()},
-                               "presets": presets, "local": models})
+                               "presets": presets, "local": models, "partial": download.partial_downloads()})
         except Exception as exc:  # noqa: BLE001 -- a listing that fails says so in one line
             self.failed.emit(_one_line(exc))
 

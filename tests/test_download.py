@@ -191,3 +191,16 @@ def test_a_hub_models_vocabulary_needs_only_its_tokenizer_files(local_hub, tiny_
     lm = load_model("tiny/model", device="cpu")
     assert "model.safetensors" in {p.rsplit("/", 1)[-1] for m, p, _ in hub.log if m == "GET"}
     assert lm.info.source == "tiny/model"
+
+
+@pytest.mark.parametrize("text, spec", [
+    ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct"),
+    ("  https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct  ", "Qwen/Qwen2.5-0.5B-Instruct"),
+    ("https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct/tree/main", "Qwen/Qwen2.5-0.5B-Instruct"),
+    ("https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct-GGUF/blob/main/qwen2.5-0.5b-instruct-q4_k_m.gguf",
+     "Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf"),
+    ("https://hf.co/owner/name/resolve/main/sub/x.gguf?download=true", "owner/name/sub/x.gguf"),
+    ("https://example.com/owner/name", "https://example.com/owner/name"),  # not the hub: left as typed
+])
+def test_pasted_hub_addresses_become_specs(text, spec):
+    assert download.normalize_hub_id(text) == spec

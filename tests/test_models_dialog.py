@@ -224,18 +224,24 @@ def test_download_with_progress_cancel_and_resume(qtbot, open_dialog, env, local
     with qtbot.waitSignal(dlg.download_finished, timeout=TIMEOUT) as sig:
         dlg.dl_cancel.click()
     assert sig.args == ["cancelled"] and "kept" in dlg.dl_detail.text() and "resume" in dlg.dl_detail.text()
+    # listed under the stopped downloads, from where Resume picks it up
+    qtbot.waitUntil(lambda: dlg.partial_row.isVisible(), timeout=TIMEOUT)
+    assert dlg.partial_combo.currentData() == "tiny/model" and "kept" in dlg.partial_combo.currentText()
     hub.rate = None
+    dlg.hub_edit.setText("")
     with qtbot.waitSignal(dlg.download_finished, timeout=TIMEOUT) as sig:
-        dlg.download_button.click()
-    assert sig.args == ["done"] and dlg.dl_bar.value() == 1000
+        dlg.resume_button.click()
+    assert sig.args == ["done"] and dlg.dl_bar.value() == 1000 and dlg.hub_edit.text() == "tiny/model"
     assert hub.ranges("model.safetensors")[-1].startswith("bytes=")  # resumed, not restarted
     qtbot.waitUntil(lambda: dlg.selected_target_key() == "model:tiny/model", timeout=TIMEOUT)
     assert any(r.startswith("tiny/model  (Hugging Face cache) | safetensors | float32") for r in
                top_texts(dlg)["On this computer"])
-    dlg.hub_edit.setText("nobody/nothing")
+    assert not dlg.partial_row.isVisible()
+    dlg.hub_edit.setText("https://huggingface.co/nobody/nothing")  # a pasted address works too
     with qtbot.waitSignal(dlg.download_finished, timeout=TIMEOUT) as sig:
         dlg.download_button.click()
     assert sig.args == ["failed"] and dlg.dl_detail.text().startswith("no model nobody/nothing on the Hugging Face hub")
+    assert dlg.hub_edit.text() == "nobody/nothing"
 
 
 # ---------------------------------------------------------------- memory

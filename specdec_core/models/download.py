@@ -95,6 +95,21 @@ class Plan:
         return sum(f.size if f.cached else f.partial for f in self.files)
 
 
+_HUB_URL = re.compile(r"^https?://(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#]+/[^/?#]+)"
+                      r"(?:/(?:blob|resolve|tree)/[^/?#]+(?:/([^?#]+?))?)?/?(?:[?#].*)?$")
+
+
+def normalize_hub_id(text: str) -> str:
+    """What a user pastes -> a SPEC: a model page's address gives owner/name, a file's address
+    (.../blob/main/file.gguf or .../resolve/main/file.gguf) owner/name/file.gguf."""
+    text = text.strip()
+    m = _HUB_URL.match(text)
+    if not m:
+        return text
+    repo, file = m.group(1), m.group(2)
+    return f"{repo}/{file}" if file and file.lower().endswith(".gguf") else repo
+
+
 def downloads_dir() -> Path:
     return cache.cache_dir() / "downloads"
 
@@ -267,7 +282,7 @@ def _fetch(p: Plan, f: PlannedFile, meter: _Meter) -> None:
             have = 0
         meter.done += have - f.partial  # the plan counted what it saw; the disk has the last word
         (part.with_suffix(".json")).write_text(json.dumps(
-            {"repo_id": p.repo_id, "file": f.name, "size": size, "commit": p.commit, "etag": etag}))
+            {"spec": p.spec, "repo_id": p.repo_id, "file": f.name, "size": size, "commit": p.commit, "etag": etag}))
         headers = build_hf_headers()
         if urlsplit(meta.location).netloc != urlsplit(url).netloc:
             headers.pop("authorization", None)  # a signed CDN address: the token is not for it
@@ -334,8 +349,9 @@ def partial_downloads() -> list[dict]:
             meta = json.loads(part.with_suffix(".json").read_text())
         except (OSError, ValueError):
             meta = {}
-        out.append({"repo_id": meta.get("repo_id"), "file": meta.get("file"), "size": meta.get("size"),
-                    "bytes": part.stat().st_size, "path": str(part)})
+        out.append({"spec": meta.get("spec") or meta.get("repo_id"), "repo_id": meta.get("repo_id"),
+                    "file": meta.get("file"), "size": meta.get("size"), "bytes": part.stat().st_size,
+                    "path": str(part)})
     return out
 
 
