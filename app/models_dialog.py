@@ -11,7 +11,8 @@ there. Below, the target's quantization and the device, and the pair's memory ne
 is free. Load checks that need first: a pair that will not fit gets a dialog with the numbers and
 a smaller preset instead of an out-of-memory crash.
 
-Everything slow runs in app/models_worker.py's threads; this module never imports torch.
+The hub download part is its own widget (app/download_panel.py). Everything slow runs in
+app/models_worker.py's threads; this module never imports torch.
 """
 
 from __future__ import annotations
@@ -32,22 +33,18 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMessageBox,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
-    QWidget,
 )
 
+from .download_panel import DownloadPanel, size_text
 from .models_worker import (
-    DownloadJob,
-    DownloadWorker,
     DraftsJob,
     EstimateJob,
     InspectWorker,
@@ -62,16 +59,6 @@ QUANTS = (("Automatic (NF4 on a GPU, none on CPU)", None), ("None (full precisio
           ("NF4 4-bit (bitsandbytes)", "nf4"), ("int8 (bitsandbytes)", "int8"))
 
 
-def size_text(n: int | float | None) -> str:
-    if not n:
-        return ""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
-        n /= 1000
-    return ""
-
-
 def gib_text(n: int | float | None) -> str:
     """Memory in binary units: GiB from 1 GiB up, MiB or KiB below (tiny models are tiny)."""
     if n is None:
@@ -81,22 +68,6 @@ def gib_text(n: int | float | None) -> str:
     if n >= 2**20:
         return f"{n / 2**20:.0f} MiB"
     return f"{max(n, 1) / 2**10:.0f} KiB"
-
-
-def eta_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "time left unknown"
-    if seconds < 60:
-        return f"{seconds:.0f} s left"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min left"
-    return f"{seconds / 3600:.1f} h left"
-
-
-def progress_text(p: dict) -> str:
-    """'12.3 MB of 40.1 MB · 5.1 MB/s · 6 s left'."""
-    speed = f"{size_text(p['speed'])}/s" if p.get("speed") else "measuring speed"
-    return f"{size_text(p['done']) or '0 B'} of {size_text(p['total'])} · {speed} · {eta_text(p.get('eta'))}"
 
 
 def spec_for(m: dict, role: str) -> str | None:
@@ -117,7 +88,7 @@ class ModelsDialog(QDialog):
     drafts_checked = Signal()  # every candidate of the current target has an answer (tests)
     estimate_ready = Signal()
     scan_ready = Signal()
-    download_finished = Signal(str)  # "done" | "failed" | "cancelled"
+    download_finished = Signal(str)  # "done" | "failed" | "cancelled" (tests)
 
     def __init__(self, current: LoadRequest | None = None, recent_file: Path | None = None,
                  freeable_bytes: int = 0, parent=None):
@@ -135,7 +106,6 @@ class ModelsDialog(QDialog):
         self.warning_box: QMessageBox | None = None
         self._job = 0
         self._drafts_job: DraftsJob | None = None
-        self._download: DownloadJob | None = None
         self._select_after_scan: str | None = None
         self._wanted_draft: str | None = None
         self._estimate_id = 0
@@ -145,8 +115,6 @@ class ModelsDialog(QDialog):
 
         self.inspector = InspectWorker()
         self.inspect_thread = start_in_thread(self.inspector, "specdec-models-inspect", self)
-        self.downloader = DownloadWorker()
-        self.download_thread = start_in_thread(self.downloader, "specdec-models-download", self)
         self.inspector.scanned.connect(self._on_scanned)
         self.inspector.described.connect(self._on_described)
         self.inspector.draft_checked.connect(self._on_draft_checked)
@@ -154,10 +122,6 @@ class ModelsDialog(QDialog):
         self.inspector.target_unreadable.connect(self._on_target_unreadable)
         self.inspector.estimated.connect(self._on_estimated)
         self.inspector.failed.connect(lambda msg: self._set_status(msg, error=True))
-        self.downloader.progress.connect(self._on_download_progress)
-        self.downloader.done.connect(self._on_download_done)
-        self.downloader.failed.connect(self._on_download_failed)
-        self.downloader.cancelled.connect(self._on_download_cancelled)
 
         self._build()
         self.resize(1240, 700)
@@ -205,53 +169,9 @@ class ModelsDialog(QDialog):
         row.addStretch(1)
         row.addWidget(self.rescan_button)
         llay.addLayout(row)
-        hub = QHBoxLayout()
-        self.hub_edit = QLineEdit()
-        self.hub_edit.setPlaceholderText("Hugging Face model: owner/name, or owner/name/file.gguf")
-        self.hub_edit.returnPressed.connect(self.start_download)
-        self.hub_edit.textChanged.connect(lambda t: self.download_button.setEnabled(bool(t.strip()) and self._download is None))
-        self.download_button = QPushButton("Download")
-        self.download_button.setEnabled(False)
-        self.download_button.clicked.connect(self.start_download)
-        hub.addWidget(self.hub_edit, 1)
-        hub.addWidget(self.download_button)
-        llay.addLayout(hub)
-        self.partial_row = QWidget()
-        prow = QHBoxLayout(self.partial_row)
-        prow.setContentsMargins(0, 0, 0, 0)
-        self.partial_label = QLabel("Stopped downloads:")
-        self.partial_label.setObjectName("Muted")
-        self.partial_combo = QComboBox()
-        self.partial_combo.setToolTip("downloads stopped part-way: what arrived is kept")
-        self.resume_button = QPushButton("Resume")
-        self.resume_button.clicked.connect(self.resume_download)
-        prow.addWidget(self.partial_label)
-        prow.addWidget(self.partial_combo, 1)
-        prow.addWidget(self.resume_button)
-        self.partial_row.hide()
-        llay.addWidget(self.partial_row)
-        self.dl_panel = QWidget()
-        dl = QVBoxLayout(self.dl_panel)
-        dl.setContentsMargins(0, 0, 0, 0)
-        dl.setSpacing(2)
-        self.dl_title = QLabel("")
-        dl_row = QHBoxLayout()
-        self.dl_bar = QProgressBar()
-        self.dl_bar.setRange(0, 1000)
-        self.dl_bar.setTextVisible(True)
-        self.dl_cancel = QPushButton("Cancel")
-        self.dl_cancel.setToolTip("stop the download; what arrived is kept and the next Download resumes there")
-        self.dl_cancel.clicked.connect(self.cancel_download)
-        dl_row.addWidget(self.dl_bar, 1)
-        dl_row.addWidget(self.dl_cancel)
-        self.dl_detail = QLabel("")
-        self.dl_detail.setObjectName("Muted")
-        self.dl_detail.setWordWrap(True)
-        dl.addWidget(self.dl_title)
-        dl.addLayout(dl_row)
-        dl.addWidget(self.dl_detail)
-        self.dl_panel.hide()
-        llay.addWidget(self.dl_panel)
+        self.downloads = DownloadPanel(self)
+        self.downloads.finished.connect(self._on_download_finished)
+        llay.addWidget(self.downloads)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         llay.addWidget(self.status)
@@ -314,7 +234,7 @@ class ModelsDialog(QDialog):
         if self.machine.get("gpus") and self.device.findData("cuda") < 0:
             self.device.addItem("CUDA GPU", "cuda")
         self.rescan_button.setEnabled(True)
-        self._fill_partials(result.get("partial") or [])
+        self.downloads.set_partials(result.get("partial") or [])
         keep = self._select_after_scan or self.selected_target_key()
         if self._first_scan:
             keep = keep or self._key_for_spec(self.current.target, "target")
@@ -751,100 +671,17 @@ class ModelsDialog(QDialog):
         if not self._closed:
             self.inspector.request_describe(resolved)
 
-    # -- downloads ------------------------------------------------------------------------
-    def start_download(self) -> None:
-        from specdec_core.models.download import normalize_hub_id  # plain text handling, no torch
+    def _on_download_finished(self, status: str, spec: str) -> None:
+        """A finished download is listed and picked as the target; a stopped one is listed under
+        the stopped downloads (both need a new look at the caches)."""
+        if status == "done":
+            from specdec_core.models import recent  # plain JSON, no torch
 
-        spec = normalize_hub_id(self.hub_edit.text())
-        if not spec or self._download is not None or self._closed:
-            return
-        self.hub_edit.setText(spec)
-        self.partial_row.hide()
-        self._job += 1
-        self._download = DownloadJob(self._job, spec)
-        self.download_button.setEnabled(False)
-        self.dl_title.setText(f"Downloading <b>{html.escape(spec)}</b> into the Hugging Face cache")
-        self.dl_bar.setValue(0)
-        self.dl_bar.setRange(0, 0)  # busy until the file list is in
-        self.dl_detail.setText("asking the hub for its files…")
-        self.dl_detail.setStyleSheet("")
-        self.dl_cancel.setEnabled(True)
-        self.dl_panel.show()
-        self.downloader.request_download(self._download)
-
-    def _fill_partials(self, partials: list[dict]) -> None:
-        """Stopped downloads, one line per model: Resume continues from the kept bytes."""
-        by_spec: dict[str, int] = {}
-        for p in partials:
-            if p.get("spec"):
-                by_spec[p["spec"]] = by_spec.get(p["spec"], 0) + p["bytes"]
-        self.partial_combo.clear()
-        for spec, kept in sorted(by_spec.items()):
-            self.partial_combo.addItem(f"{spec}  ({size_text(kept) or '0 B'} kept)", spec)
-        self.partial_row.setVisible(bool(by_spec) and self._download is None)
-
-    def resume_download(self) -> None:
-        spec = self.partial_combo.currentData()
-        if spec:
-            self.hub_edit.setText(spec)
-            self.start_download()
-
-    def cancel_download(self) -> None:
-        self.downloader.cancel()
-        self.dl_cancel.setEnabled(False)
-        self.dl_detail.setText("stopping…")
-
-    def _mine(self, job_id: int) -> bool:
-        return self._download is not None and self._download.job_id == job_id
-
-    def _on_download_progress(self, job_id: int, p: dict) -> None:
-        if not self._mine(job_id):
-            return
-        self.dl_bar.setRange(0, 1000)
-        self.dl_bar.setValue(int(p["fraction"] * 1000))
-        self.dl_bar.setFormat(f"{p['fraction'] * 100:.0f}%")
-        files = f" · file {min(p['files_done'] + 1, p['files_total'])} of {p['files_total']}: {p['file']}" \
-            if p.get("file") and p["files_done"] < p["files_total"] else ""
-        self.dl_detail.setText(progress_text(p) + files)
-
-    def _download_ended(self) -> None:
-        self._download = None
-        self.dl_cancel.setEnabled(False)
-        self.download_button.setEnabled(bool(self.hub_edit.text().strip()))
-
-    def _on_download_done(self, job_id: int, spec: str, path: str) -> None:
-        if not self._mine(job_id):
-            return
-        from specdec_core.models import recent
-
-        self._download_ended()
-        self.dl_bar.setRange(0, 1000)
-        self.dl_bar.setValue(1000)
-        self.dl_bar.setFormat("100%")
-        self.dl_detail.setText(f"done: {path}")
-        recent.remember(spec, file=self.recent_file)
-        self._select_after_scan = f"model:{spec}"
-        self.rescan()
-        self.download_finished.emit("done")
-
-    def _on_download_failed(self, job_id: int, spec: str, message: str) -> None:
-        if not self._mine(job_id):
-            return
-        self._download_ended()
-        self.dl_bar.setRange(0, 1000)
-        self.dl_detail.setText(message)
-        self.dl_detail.setStyleSheet("color: #c62828;")
-        self.download_finished.emit("failed")
-
-    def _on_download_cancelled(self, job_id: int, spec: str, info: dict) -> None:
-        if not self._mine(job_id):
-            return
-        self._download_ended()
-        self.dl_bar.setRange(0, 1000)
-        self.dl_detail.setText(f"cancelled: {size_text(info['kept']) or '0 B'} of {size_text(info['total'])} kept; "
-                               "Download again to resume from there")
-        self.rescan()  # lists it under the stopped downloads
-        self.download_finished.emit("cancelled")
+            recent.remember(spec, file=self.recent_file)
+            self._select_after_scan = f"model:{spec}"
+        if status in ("done", "cancelled"):
+            self.rescan()
+        self.download_finished.emit(status)
 
     # -- misc -----------------------------------------------------------------------------
     def _set_status(self, text: str, error: bool = False) -> None:
@@ -857,19 +694,16 @@ class ModelsDialog(QDialog):
             return
         self._closed = True
         # answers still queued for this dialog are dropped: it asks nothing more of the workers
-        for worker, names in ((self.inspector, ("scanned", "described", "draft_checked", "drafts_done",
-                                                "target_unreadable", "estimated", "failed")),
-                              (self.downloader, ("progress", "done", "failed", "cancelled"))):
-            for name in names:
-                try:
-                    getattr(worker, name).disconnect()
-                except (RuntimeError, TypeError):
-                    pass
+        for name in ("scanned", "described", "draft_checked", "drafts_done", "target_unreadable", "estimated",
+                     "failed"):
+            try:
+                getattr(self.inspector, name).disconnect()
+            except (RuntimeError, TypeError):
+                pass
         if self._drafts_job is not None:
             self._drafts_job.cancel.set()
-        self.downloader.cancel()
+        self.downloads.shutdown()
         stop_thread(self.inspect_thread, 30000)
-        stop_thread(self.download_thread, 30000)
 
     def done(self, result: int) -> None:
         self.shutdown()

@@ -134,11 +134,11 @@ def main() -> int:
             hf_constants.HF_HUB_OFFLINE = False
             download.CHUNK_BYTES = 32 << 10
             dlg = dialog()
-            dlg.hub_edit.setText("specdec-demo/tiny-qwen2")
-            dlg.download_button.click()
-            wait(app, lambda: "left" in dlg.dl_detail.text() and dlg.dl_bar.value() > 350)
+            dlg.downloads.hub_edit.setText("specdec-demo/tiny-qwen2")
+            dlg.downloads.download_button.click()
+            wait(app, lambda: "left" in dlg.downloads.dl_detail.text() and dlg.downloads.dl_bar.value() > 350)
             shot(app, dlg, args.out / "models-download.png")
-            dlg.cancel_download()
+            dlg.downloads.cancel_download()
             hub.release.set()
             dlg.close()
 

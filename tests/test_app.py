@@ -444,7 +444,7 @@ def test_self_test_on_tiny_models(qtbot, tmp_path):
 def test_gui_modules_do_not_import_torch():
     code = (
         "import sys; import app.main, app.main_window, app.worker, app.chat_view, app.side_panel, "
-        "app.history, app.theme, app.metrics, app.selftest, app.models_dialog, app.models_worker; "
+        "app.history, app.theme, app.metrics, app.selftest, app.models_dialog, app.models_worker, app.download_panel; "
         "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,

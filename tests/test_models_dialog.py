@@ -215,33 +215,34 @@ def test_download_with_progress_cancel_and_resume(qtbot, open_dialog, env, local
 
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(env / "hf" / "hub"))
     dlg = open_dialog()
-    dlg.hub_edit.setText("tiny/model")
-    dlg.download_button.click()
-    assert not dlg.download_button.isEnabled() and dlg.dl_panel.isVisible()
-    qtbot.waitUntil(lambda: "/s ·" in dlg.dl_detail.text() and "left" in dlg.dl_detail.text()
-                    and "model.safetensors" in dlg.dl_detail.text() and dlg.dl_bar.value() > 100, timeout=TIMEOUT)
-    assert " of " in dlg.dl_detail.text() and dlg.dl_bar.value() > 0
+    dl = dlg.downloads
+    dl.hub_edit.setText("tiny/model")
+    dl.download_button.click()
+    assert not dl.download_button.isEnabled() and dl.dl_panel.isVisible()
+    qtbot.waitUntil(lambda: "/s ·" in dl.dl_detail.text() and "left" in dl.dl_detail.text()
+                    and "model.safetensors" in dl.dl_detail.text() and dl.dl_bar.value() > 100, timeout=TIMEOUT)
+    assert " of " in dl.dl_detail.text() and dl.dl_bar.value() > 0
     with qtbot.waitSignal(dlg.download_finished, timeout=TIMEOUT) as sig:
-        dlg.dl_cancel.click()
-    assert sig.args == ["cancelled"] and "kept" in dlg.dl_detail.text() and "resume" in dlg.dl_detail.text()
+        dl.dl_cancel.click()
+    assert sig.args == ["cancelled"] and "kept" in dl.dl_detail.text() and "resume" in dl.dl_detail.text()
     # listed under the stopped downloads, from where Resume picks it up
-    qtbot.waitUntil(lambda: dlg.partial_row.isVisible(), timeout=TIMEOUT)
-    assert dlg.partial_combo.currentData() == "tiny/model" and "kept" in dlg.partial_combo.currentText()
+    qtbot.waitUntil(lambda: dl.partial_row.isVisible(), timeout=TIMEOUT)
+    assert dl.partial_combo.currentData() == "tiny/model" and "kept" in dl.partial_combo.currentText()
     hub.rate = None
-    dlg.hub_edit.setText("")
+    dl.hub_edit.setText("")
     with qtbot.waitSignal(dlg.download_finished, timeout=TIMEOUT) as sig:
-        dlg.resume_button.click()
-    assert sig.args == ["done"] and dlg.dl_bar.value() == 1000 and dlg.hub_edit.text() == "tiny/model"
+        dl.resume_button.click()
+    assert sig.args == ["done"] and dl.dl_bar.value() == 1000 and dl.hub_edit.text() == "tiny/model"
     assert hub.ranges("model.safetensors")[-1].startswith("bytes=")  # resumed, not restarted
     qtbot.waitUntil(lambda: dlg.selected_target_key() == "model:tiny/model", timeout=TIMEOUT)
     assert any(r.startswith("tiny/model  (Hugging Face cache) | safetensors | float32") for r in
                top_texts(dlg)["On this computer"])
-    assert not dlg.partial_row.isVisible()
-    dlg.hub_edit.setText("https://huggingface.co/nobody/nothing")  # a pasted address works too
+    assert not dl.partial_row.isVisible()
+    dl.hub_edit.setText("https://huggingface.co/nobody/nothing")  # a pasted address works too
     with qtbot.waitSignal(dlg.download_finished, timeout=TIMEOUT) as sig:
-        dlg.download_button.click()
-    assert sig.args == ["failed"] and dlg.dl_detail.text().startswith("no model nobody/nothing on the Hugging Face hub")
-    assert dlg.hub_edit.text() == "nobody/nothing"
+        dl.download_button.click()
+    assert sig.args == ["failed"] and dl.dl_detail.text().startswith("no model nobody/nothing on the Hugging Face hub")
+    assert dl.hub_edit.text() == "nobody/nothing"
 
 
 # ---------------------------------------------------------------- memory
@@ -342,7 +343,7 @@ def test_closing_the_window_with_the_dialog_open_ends_its_threads(qtbot, env, tm
     qtbot.addWidget(win)
     win.load_dialog()
     dlg = win.models_dialog
-    threads = (dlg.inspect_thread, dlg.download_thread)
+    threads = (dlg.inspect_thread, dlg.downloads.thread)
     assert all(t.isRunning() for t in threads)
     win.close()
     assert win.shutdown_ok and not any(t.isRunning() for t in threads)
