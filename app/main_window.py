@@ -14,13 +14,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QDialog,
-    QDialogButtonBox,
     QFileDialog,
-    QFormLayout,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
@@ -67,36 +63,6 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(e)
 
 
-class LoadDialog(QDialog):
-    """Choose a target and a draft (SPEC: folder, .gguf, hub id or 'default')."""
-
-    def __init__(self, target: str, draft: str | None, parent=None):
-        super().__init__(parent)
-        self.setWindowTitle("Load models")
-        form = QFormLayout(self)
-        self.target = QLineEdit(target)
-        self.draft = QLineEdit(draft or "")
-        self.draft.setPlaceholderText("empty: no draft (prompt lookup only)")
-        for label, edit in (("Target", self.target), ("Draft", self.draft)):
-            row = QHBoxLayout()
-            row.addWidget(edit, 1)
-            browse = QPushButton("Folder…")
-            browse.clicked.connect(lambda _=False, e=edit: self._browse(e))
-            row.addWidget(browse)
-            form.addRow(label, row)
-        form.addRow(QLabel("A SPEC is a model folder, a .gguf file, a hub id, or <code>default</code>."))
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
-        self.resize(560, 150)
-
-    def _browse(self, edit: QLineEdit) -> None:
-        d = QFileDialog.getExistingDirectory(self, "Model folder", edit.text())
-        if d:
-            edit.setText(d)
-
-
 @dataclass
 class Active:
     """The generation the window is waiting for."""
@@ -124,6 +90,7 @@ class MainWindow(QMainWindow):
         self.active: Active | None = None
         self.ready = False
         self.model_info: dict = {}
+        self.models_dialog = None
         self.last_error_dialog: QMessageBox | None = None
         self.context_dialog: QMessageBox | None = None  # the last "does not fit the context" dialog
         self.dropped_messages = 0  # oldest messages of this chat left out of the prompt (kept in the chat)
@@ -290,8 +257,13 @@ class MainWindow(QMainWindow):
             self.chat_view.set_hint(f"Loading models… {message}{pct}")
 
     def _on_loaded(self, info: dict) -> None:
+        from specdec_core.models import recent
+
         self.ready = True
         self.model_info = info
+        for role, spec in (("target", self.load_request.target), ("draft", self.load_request.draft)):
+            if spec and info.get(role) and self.load_request.factory is None:
+                recent.remember(spec, role, info[role], file=self.recent_file)  # listed next time, with what it was
         self.progress_bar.hide()
         t = (info.get("target") or {}).get("name") or "target"
         d = (info.get("draft") or {}).get("name")
@@ -311,11 +283,30 @@ class MainWindow(QMainWindow):
         self.load_error.emit(message)
 
     def load_dialog(self) -> None:
-        dlg = LoadDialog(self.load_request.target, self.load_request.draft, self)
-        if dlg.exec() == QDialog.DialogCode.Accepted:
-            r = self.load_request
-            self.start_loading(LoadRequest(dlg.target.text().strip() or "default", dlg.draft.text().strip() or None,
-                                           r.device, r.dtype, r.quantization))
+        """File ▸ Load models…: the Models dialog (app/models_dialog.py), window-modal, not blocking."""
+        from .models_dialog import ModelsDialog
+
+        # the models loaded now are freed before the next load: their bytes count as free
+        freeable = sum((self.model_info.get(r) or {}).get("memory_bytes") or 0 for r in ("target", "draft"))
+        dlg = ModelsDialog(self.load_request, self.recent_file, freeable if self.ready else 0, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.accepted.connect(lambda: self.start_loading(dlg.request()))
+        dlg.open()
+        self.models_dialog = dlg
+
+    def _close_models_dialog(self) -> None:
+        """Its threads end before the window goes (a download in flight keeps its bytes)."""
+        import shiboken6
+
+        dlg = self.models_dialog
+        if dlg is not None and shiboken6.isValid(dlg):
+            dlg.shutdown()
+
+    @property
+    def recent_file(self) -> Path:
+        from specdec_core.models import recent  # plain JSON, no torch
+
+        return self.history.data_dir / recent.FILE_NAME
 
     def show_error(self, title: str, message: str) -> QMessageBox:
         """A non-blocking error dialog (the app stays usable behind it)."""
@@ -618,6 +609,7 @@ class MainWindow(QMainWindow):
             self.worker.stop(self.active.request.request_id)
             self.active = None
         self.race_view.shutdown()
+        self._close_models_dialog()
         ended = stop_worker(self.worker, self.thread, 5000)
         self.history.close()
         return ended

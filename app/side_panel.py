@@ -349,9 +349,12 @@ def _model_html(role: str, info: dict | None) -> str:
     if not info:
         return f"<b>{role}</b>: —"
     quant = info.get("quantization") or "none"
+    # bitsandbytes weights: name the scheme; the dtype is then only what it computes in
+    bnb = {"nf4": "NF4 4-bit (bitsandbytes)", "int8": "int8 (bitsandbytes)"}.get(quant)
     bits = [
         f"<b>{role}</b>: {info.get('name') or '?'}",
-        f"{info.get('dtype') or '?'} · quantization {quant} · {info.get('device') or '?'}",
+        (f"{bnb} · {info.get('dtype') or '?'} compute" if bnb else
+         f"{info.get('dtype') or '?'} · quantization {quant}") + f" · {info.get('device') or '?'}",
         f"memory {human_bytes(info.get('memory_bytes'))}"
         + (f" · loaded in {info['load_seconds']:.1f} s" if info.get("load_seconds") else ""),
     ]

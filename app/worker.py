@@ -186,6 +186,13 @@ class Worker(QObject):
         def progress(message: str, fraction: float | None = None) -> None:
             self.progress.emit(str(message), -1.0 if fraction is None else float(fraction))
 
+        # the models loaded now go first: a model switch must not hold both pairs in memory
+        # (the Models dialog counts their bytes as free when it checks the new pair)
+        if self.engine is not None:
+            import gc
+
+            self.engine = None
+            gc.collect()
         try:
             progress("Preparing models…", 0.0)
             if request.factory is not None:

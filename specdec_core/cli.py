@@ -238,7 +238,12 @@ def run_generate(args) -> int:
     settings_from_args(args, 0)  # validate sampling settings before loading anything
     need_draft = args.mode == "speculative" and args.proposer == "draft"
     engine = load_engine(args, need_draft)
-    print_loaded(engine)
+    print_loaded(engine)  # the notes include bitsandbytes' "slow on CPU" where it applies
+    from .models import recent
+
+    for role, spec, lm in (("target", args.target, engine.target), ("draft", args.draft, engine.draft)):
+        if lm is not None:
+            recent.remember(spec, role, vars(lm.info))  # `specdec models` shows what it loaded as
     if args.prompt_ids is not None:
         vocab = engine.target.model.config.get_text_config().vocab_size
         bad = [i for i in args.prompt_ids if i >= vocab]

@@ -430,12 +430,6 @@ def test_cuda_requested_without_cuda(monkeypatch):
     assert resolve_device("cpu") == "cpu"
 
 
-def test_nf4_on_cpu_is_refused(tmp_path):
-    target_dir, _ = save_pair(tmp_path)
-    with pytest.raises(ModelError, match="needs a CUDA GPU"):
-        load_model(str(target_dir), device="cpu", quantization="nf4")
-
-
 def test_dtype_auto_rules(monkeypatch):
     monkeypatch.setattr(device_mod, "cpu_has_fast_bf16", lambda: False)
     assert resolve_dtype("auto", "cpu") == "float32"
