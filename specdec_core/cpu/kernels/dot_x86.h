@@ -67,139 +67,30 @@ SD_INLINE __m256i splat16(__m256i v, int lo, int hi) {
   return _mm256_shuffle_epi8(v, mask);
 }
 
-/* Q4_K / Q5_K's 8 scales and 8 mins (6 bits each, packed in 12 bytes), as llama.cpp unpacks them */
-SD_INLINE void scales_k4(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
-  uint32_t u[3], o[4];
-  memcpy(u, s, 12);
+/* Q4_K / Q5_K's 8 scales (low 8 bytes) and 8 mins (high 8 bytes), 6 bits each, packed in 12
+   bytes; unpacked as llama.cpp does, in registers (a 16-byte load of bytes just written by
+   smaller stores could not be forwarded: a stall in front of every super-block) */
+SD_INLINE __m128i scales_k4(const uint8_t* s) {
+  uint32_t u0, u1, u2;
+  memcpy(&u0, s, 4);
+  memcpy(&u1, s + 4, 4);
+  memcpy(&u2, s + 8, 4);
   const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-  o[0] = u[0] & k1;                                   /* sc 0..3 */
-  o[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);     /* sc 4..7 */
-  o[2] = u[1] & k1;                                   /* mn 0..3 */
-  o[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4); /* mn 4..7 */
-  memcpy(sc, o, 8);
-  memcpy(mn, o + 2, 8);
+  return _mm_set_epi32((int)(((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4)), /* mn 4..7 */
+                       (int)(u1 & k1),                                    /* mn 0..3 */
+                       (int)((u2 & k2) | (((u0 >> 6) & k3) << 4)),        /* sc 4..7 */
+                       (int)(u0 & k1));                                   /* sc 0..3 */
 }
 
-/* A super-block unpacked: codes in c[8] (32 weights each, in element order), per-chunk scale
-   vectors in scv[8] (int16: the scale of each weight's group of 16), the group weights of
-   the sums in mn16 (16 int16), d, dmin. */
-typedef struct {
-  __m256i c[8];
-  SD_ALIGN(32) __m256i scv[8];
-  __m256i mn16;
-  float d, dmin;
-} kblock;
-
-SD_INLINE void unpack_k(int type, const uint8_t* blk, kblock* k) {
+/* R rows (R = 1..8, TYPE and R constants where this is inlined) against one super-block,
+   codes straight from the block into registers, 32 at a time, each used for all R rows:
+   s[r] gets row r's S1 in 8 int32 lanes, t[r] its S2. Each row's accumulator stays in its
+   register through the chunks (SD_KEEP); the block's bytes are read once for all rows. */
+SD_INLINE void kdot(const int TYPE, const int R, const uint8_t* blk, const int8_t* x, int64_t ldx, const int16_t* bs,
+                    int64_t ldb, __m256i s[8], __m256i t[8], float* d, float* dmin) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  if (type == SD_Q6_K) {
-    const blk_q6_K* b = (const blk_q6_K*)blk;
-    const __m256i m2 = _mm256_set1_epi8(0x03);
-    for (int half = 0; half < 2; half++) {
-      const __m256i l0 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * half));
-      const __m256i l1 = _mm256_loadu_si256((const __m256i*)(b->ql + 64 * half + 32));
-      const __m256i h = _mm256_loadu_si256((const __m256i*)(b->qh + 32 * half));
-      k->c[4 * half + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-      k->c[4 * half + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-      k->c[4 * half + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-      k->c[4 * half + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
-    }
-    /* int16 scales: sc0..7 in the low lane, sc8..15 in the high one */
-    const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b->scales));
-    const __m256i lo = _mm256_permute2x128_si256(sc, sc, 0x00), hi = _mm256_permute2x128_si256(sc, sc, 0x11);
-    for (int c = 0; c < 8; c++) k->scv[c] = splat16(c < 4 ? lo : hi, (2 * c) & 7, (2 * c + 1) & 7);
-    k->mn16 = sc;
-    k->d = h2f(b->d);
-    k->dmin = 0.0f;
-    return;
-  }
-  const int five = type == SD_Q5_K;
-  const blk_q4_K* b4 = (const blk_q4_K*)blk;
-  const blk_q5_K* b5 = (const blk_q5_K*)blk;
-  const uint8_t* qs = five ? b5->qs : b4->qs;
-  uint8_t sc[8], mn[8];
-  scales_k4(five ? b5->scales : b4->scales, sc, mn);
-  const __m256i hb = five ? _mm256_loadu_si256((const __m256i*)b5->qh) : _mm256_setzero_si256();
-  const __m256i one = _mm256_set1_epi8(1);
-  for (int c = 0; c < 4; c++) {
-    const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
-    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    if (five) { /* bit 2c of qh[l]: +16 on element 64c+l; bit 2c+1: on element 64c+32+l */
-      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
-    }
-    k->c[2 * c] = lo;
-    k->c[2 * c + 1] = hi;
-  }
-  uint64_t sc64, mn64;
-  memcpy(&sc64, sc, 8);
-  memcpy(&mn64, mn, 8);
-  /* scales as int16 in both lanes; chunk c (sub-block c) takes scale c for all its weights */
-  const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_set1_epi64x((long long)sc64));
-  for (int c = 0; c < 8; c++) k->scv[c] = splat16(sc16, c, c);
-  /* mins for the 16 sums: m_j for sums 2j and 2j+1 */
-  const __m128i m8 = _mm_cvtsi64_si128((long long)mn64);
-  k->mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-  k->d = h2f(five ? b5->d : b4->d);
-  k->dmin = h2f(five ? b5->dmin : b4->dmin);
-}
-
-/* R rows (R = 1, 2, 4 or 8, a constant where it is inlined) against one unpacked super-block:
-   lane r of the result holds row r's S1, lane r of *S2 its S2 (lanes past R are 0). Each row
-   keeps its own accumulator in a register through the 8 chunks; the horizontal sums of all R
-   rows are shared (hsum8x8). */
-SD_INLINE __m256i ktile(const int R, const kblock* k, const int8_t* x, int64_t ldx, const int16_t* bs, int64_t ldb,
-                        __m256i* S2) {
-  __m256i s[8], t[8];
 #pragma GCC unroll 8
-  for (int r = 0; r < 8; r++) s[r] = _mm256_setzero_si256();
-  for (int c = 0; c < 8; c++) {
-    const __m256i q = k->c[c], sc = k->scv[c];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-      s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(
-          _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i*)(x + r * ldx + 32 * c))), sc));
-      SD_KEEP(s[r]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < 8; r++)
-    t[r] = r < R ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(bs + r * ldb)), k->mn16) : _mm256_setzero_si256();
-  *S2 = hsum8x8(t);
-  return hsum8x8(s);
-}
-
-/* One group of up to 8 rows (R valid) on one super-block: their accumulators are the 8
-   lanes of accg (aligned; lanes past R stay 0), read and written as one vector so the next
-   super-block's load is forwarded from this store. */
-SD_INLINE void kgroup(const int R, const kblock* k, int six, const sd_act* a, int64_t m0, int64_t b, float* accg) {
-  const int64_t K = a->K, nb = K / QKK, ns = K / 16;
-  __m256i S2;
-  const __m256i S1 = ktile(R, k, a->qs + m0 * K + b * QKK, K, a->sums + m0 * ns + b * 16, ns, &S2);
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(R), lane));
-  const __m256 dxv = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), a->d + m0 * nb + b,
-                                              _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)nb)), valid, 4);
-  __m256 v = _mm256_load_ps(accg);
-  if (six) {
-    v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k->d), dxv),
-                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(S1, _mm256_slli_epi32(S2, 5)))));
-  } else {
-    v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k->d), dxv), _mm256_cvtepi32_ps(S1)));
-    v = _mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(k->dmin), dxv), _mm256_cvtepi32_ps(S2)));
-  }
-  _mm256_store_ps(accg, v);
-}
-
-/* One row on one super-block with nothing unpacked to memory: codes and scale vectors go
-   straight from the block into the dot (the M = 1 pass: standard decoding, drafting). */
-SD_INLINE void krow1(const int TYPE, const uint8_t* blk, const int8_t* x, const int16_t* bs, int32_t* S1, int32_t* S2,
-                     float* d, float* dmin) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256i s = _mm256_setzero_si256(), t;
+  for (int r = 0; r < 8; r++) s[r] = t[r] = _mm256_setzero_si256();
   if (TYPE == SD_Q6_K) {
     const blk_q6_K* b = (const blk_q6_K*)blk;
     const __m256i m2 = _mm256_set1_epi8(0x03);
@@ -220,96 +111,142 @@ SD_INLINE void krow1(const int TYPE, const uint8_t* blk, const int8_t* x, const 
       const __m256i sv = half ? hi : lo;
 #pragma GCC unroll 4
       for (int j = 0; j < 4; j++) {
-        const __m256i p = _mm256_maddubs_epi16(c[j], _mm256_loadu_si256((const __m256i*)(x + 128 * half + 32 * j)));
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, splat16(sv, 2 * j, 2 * j + 1)));
-        SD_KEEP(s);
+        const __m256i scv = splat16(sv, 2 * j, 2 * j + 1);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+          const __m256i xv = _mm256_loadu_si256((const __m256i*)(x + r * ldx + 128 * half + 32 * j));
+          s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(_mm256_maddubs_epi16(c[j], xv), scv));
+          SD_KEEP(s[r]);
+        }
       }
     }
-    t = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs), sc);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) t[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(bs + r * ldb)), sc);
     *d = h2f(b->d);
     *dmin = 0.0f;
-  } else {
-    const blk_q4_K* b4 = (const blk_q4_K*)blk;
-    const blk_q5_K* b5 = (const blk_q5_K*)blk;
-    const uint8_t* qs = TYPE == SD_Q5_K ? b5->qs : b4->qs;
-    uint8_t scm[16]; /* 8 scales, then 8 mins */
-    scales_k4(TYPE == SD_Q5_K ? b5->scales : b4->scales, scm, scm + 8);
-    const __m256i sm = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)scm)); /* sc | mn, int16 */
-    const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);
-    const __m256i hb = TYPE == SD_Q5_K ? _mm256_loadu_si256((const __m256i*)b5->qh) : _mm256_setzero_si256();
-    const __m256i one = _mm256_set1_epi8(1);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++) {
-      const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
-      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      if (TYPE == SD_Q5_K) {
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
-      }
-      const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(x + 64 * c)));
-      const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(x + 64 * c + 32)));
-      s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_madd_epi16(pl, splat16(sc, 2 * c, 2 * c)),
-                                                _mm256_madd_epi16(ph, splat16(sc, 2 * c + 1, 2 * c + 1))));
-      SD_KEEP(s);
-    }
-    /* mins for the 16 sums: m_j for sums 2j and 2j+1 */
-    const __m128i m8 = _mm_loadl_epi64((const __m128i*)(scm + 8));
-    t = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
-    *d = h2f(TYPE == SD_Q5_K ? b5->d : b4->d);
-    *dmin = h2f(TYPE == SD_Q5_K ? b5->dmin : b4->dmin);
-  }
-  hsum2(s, t, S1, S2);
-}
-
-SD_INLINE float row1_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a) {
-  const int64_t nb = K / QKK;
-  const int bb = sd_blk_bytes(TYPE);
-  float acc = 0.0f;
-  for (int64_t b = 0; b < nb; b++) {
-    int32_t S1, S2;
-    float d, dmin;
-    krow1(TYPE, wrow + b * bb, a->qs + b * QKK, a->sums + b * 16, &S1, &S2, &d, &dmin);
-    const float dx = a->d[b];
-    if (TYPE == SD_Q6_K) {
-      acc = acc + (d * dx) * (float)(S1 - 32 * S2);
-    } else {
-      acc = acc + (d * dx) * (float)S1;
-      acc = acc - (dmin * dx) * (float)S2;
-    }
-  }
-  return acc;
-}
-
-static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
-  if (M == 1) {
-    y[0] = type == SD_Q4_K ? row1_k(SD_Q4_K, wrow, K, a) : type == SD_Q5_K ? row1_k(SD_Q5_K, wrow, K, a)
-                                                                             : row1_k(SD_Q6_K, wrow, K, a);
     return;
   }
+  const blk_q4_K* b4 = (const blk_q4_K*)blk;
+  const blk_q5_K* b5 = (const blk_q5_K*)blk;
+  const uint8_t* qs = TYPE == SD_Q5_K ? b5->qs : b4->qs;
+  const __m128i scm = scales_k4(TYPE == SD_Q5_K ? b5->scales : b4->scales); /* 8 scales | 8 mins */
+  const __m256i sm = _mm256_cvtepu8_epi16(scm);                              /* as int16 */
+  const __m256i sc = _mm256_permute2x128_si256(sm, sm, 0x00);
+  const __m256i hb = TYPE == SD_Q5_K ? _mm256_loadu_si256((const __m256i*)b5->qh) : _mm256_setzero_si256();
+  const __m256i one = _mm256_set1_epi8(1);
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (TYPE == SD_Q5_K) { /* bit 2c of qh[l]: +16 on element 64c+l; bit 2c+1: on element 64c+32+l */
+      lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
+      hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+    }
+    const __m256i scl = splat16(sc, 2 * c, 2 * c), sch = splat16(sc, 2 * c + 1, 2 * c + 1);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      const int8_t* xr = x + r * ldx + 64 * c;
+      const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)xr)), scl);
+      const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(xr + 32))), sch);
+      s[r] = _mm256_add_epi32(s[r], _mm256_add_epi32(pl, ph));
+      SD_KEEP(s[r]);
+    }
+  }
+  /* mins for the 16 sums: m_j for sums 2j and 2j+1 */
+  const __m128i m8 = _mm_srli_si128(scm, 8);
+  const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) t[r] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(bs + r * ldb)), mn16);
+  *d = h2f(TYPE == SD_Q5_K ? b5->d : b4->d);
+  *dmin = h2f(TYPE == SD_Q5_K ? b5->dmin : b4->dmin);
+}
+
+/* A group of R rows (2..8) on one super-block: their accumulators are the 8 lanes of accg
+   (aligned; lanes past R stay 0), read and written as one vector so the next super-block's load
+   is forwarded from this store. */
+SD_INLINE void kgroup(const int TYPE, const int R, const uint8_t* blk, const sd_act* a, int64_t m0, int64_t b,
+                      float* accg) {
+  const int64_t K = a->K, nb = K / QKK, ns = K / 16;
+  __m256i s[8], t[8];
+  float d, dmin;
+  kdot(TYPE, R, blk, a->qs + m0 * K + b * QKK, K, a->sums + m0 * ns + b * 16, ns, s, t, &d, &dmin);
+  const __m256i S1 = hsum8x8(s), S2 = hsum8x8(t);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(R), lane));
+  const __m256 dxv = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), a->d + m0 * nb + b,
+                                              _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)nb)), valid, 4);
+  __m256 v = _mm256_load_ps(accg);
+  if (TYPE == SD_Q6_K) {
+    v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dxv),
+                                       _mm256_cvtepi32_ps(_mm256_sub_epi32(S1, _mm256_slli_epi32(S2, 5)))));
+  } else {
+    v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dxv), _mm256_cvtepi32_ps(S1)));
+    v = _mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dxv), _mm256_cvtepi32_ps(S2)));
+  }
+  _mm256_store_ps(accg, v);
+}
+
+/* one row, one super-block: S1, S2 as scalars */
+SD_INLINE void krow1(const int TYPE, const uint8_t* blk, const int8_t* x, const int16_t* bs, int32_t* S1, int32_t* S2,
+                     float* d, float* dmin) {
+  __m256i s[8], t[8];
+  kdot(TYPE, 1, blk, x, 0, bs, 0, s, t, d, dmin);
+  hsum2(s[0], t[0], S1, S2);
+}
+
+SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y,
+                     int64_t ldy) {
   const int64_t nb = K / QKK, G = (M + 7) / 8;
-  const int bb = sd_blk_bytes(type), six = type == SD_Q6_K;
+  const int bb = sd_blk_bytes(TYPE);
+  if (M == 1) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+      int32_t S1, S2;
+      float d, dmin;
+      krow1(TYPE, wrow + b * bb, a->qs + b * QKK, a->sums + b * 16, &S1, &S2, &d, &dmin);
+      const float dx = a->d[b];
+      if (TYPE == SD_Q6_K) {
+        acc = acc + (d * dx) * (float)(S1 - 32 * S2);
+      } else {
+        acc = acc + (d * dx) * (float)S1;
+        acc = acc - (dmin * dx) * (float)S2;
+      }
+    }
+    y[0] = acc;
+    return;
+  }
   SD_ALIGN(32) float acc_small[24];
   float* acc = G <= 3 ? acc_small : (float*)_mm_malloc(sizeof(float) * 8 * (size_t)G, 32);
   for (int64_t i = 0; i < 8 * G; i++) acc[i] = 0.0f;
-  kblock k;
   for (int64_t b = 0; b < nb; b++) {
-    unpack_k(type, wrow + b * bb, &k);
+    const uint8_t* blk = wrow + b * bb;
+    /* the next block's bytes while this one's rows are multiplied (compute-bound here) */
+    _mm_prefetch((const char*)(blk + bb), _MM_HINT_T0);
+    _mm_prefetch((const char*)(blk + bb + 64), _MM_HINT_T0);
+    _mm_prefetch((const char*)(blk + bb + 128), _MM_HINT_T0);
+    _mm_prefetch((const char*)(blk + bb + 192), _MM_HINT_T0);
     for (int64_t g = 0; g < G; g++) {
       float* accg = acc + 8 * g;
       switch (M - 8 * g < 8 ? (int)(M - 8 * g) : 8) {
-        case 8: kgroup(8, &k, six, a, 8 * g, b, accg); break;
-        case 7: kgroup(7, &k, six, a, 8 * g, b, accg); break;
-        case 6: kgroup(6, &k, six, a, 8 * g, b, accg); break;
-        case 5: kgroup(5, &k, six, a, 8 * g, b, accg); break;
-        case 4: kgroup(4, &k, six, a, 8 * g, b, accg); break;
-        case 3: kgroup(3, &k, six, a, 8 * g, b, accg); break;
-        case 2: kgroup(2, &k, six, a, 8 * g, b, accg); break;
-        default: kgroup(1, &k, six, a, 8 * g, b, accg); break;
+        case 8: kgroup(TYPE, 8, blk, a, 8 * g, b, accg); break;
+        case 7: kgroup(TYPE, 7, blk, a, 8 * g, b, accg); break;
+        case 6: kgroup(TYPE, 6, blk, a, 8 * g, b, accg); break;
+        case 5: kgroup(TYPE, 5, blk, a, 8 * g, b, accg); break;
+        case 4: kgroup(TYPE, 4, blk, a, 8 * g, b, accg); break;
+        case 3: kgroup(TYPE, 3, blk, a, 8 * g, b, accg); break;
+        case 2: kgroup(TYPE, 2, blk, a, 8 * g, b, accg); break;
+        default: kgroup(TYPE, 1, blk, a, 8 * g, b, accg); break;
       }
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = acc[m];
   if (acc != acc_small) _mm_free(acc);
+}
+
+static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
+  if (type == SD_Q4_K) row_k(SD_Q4_K, wrow, K, a, M, y, ldy);
+  else if (type == SD_Q5_K) row_k(SD_Q5_K, wrow, K, a, M, y, ldy);
+  else row_k(SD_Q6_K, wrow, K, a, M, y, ldy);
 }
 
 /* ---------------------------------------------------------------- 32-element blocks */

@@ -26,13 +26,30 @@
 
 #define CHUNK 64
 
+/* SD_PROFILE=1: seconds spent per phase, printed at exit (for the speed notes; off by default) */
+#include <stdio.h>
+#include <time.h>
+static double prof_t[6];
+static const char* prof_name[6] = {"qkv", "attention", "o", "gate/up", "down", "head+other"};
+static int prof_on = -1;
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static void prof_dump(void) {
+  for (int i = 0; i < 6; i++) fprintf(stderr, "sd_profile %-10s %.3f s\n", prof_name[i], prof_t[i]);
+}
+#define PROF_START() double _pt = prof_on > 0 ? now_s() : 0
+#define PROF_END(i) do { if (prof_on > 0) { double _n = now_s(); prof_t[i] += _n - _pt; _pt = _n; } } while (0)
+
 typedef struct {
   sd_act a256, a32;
   float *x, *h, *q, *k, *v, *att, *g, *u, *tmp, *scores, *cs, *sn;
 } work;
 
 static void* xmalloc(size_t n, int* fail) {
-  void* p = malloc(n ? n : 1);
+  void* p = sd_alloc(n);
   if (!p) *fail = 1;
   return p;
 }
@@ -47,11 +64,12 @@ static void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, fl
 static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, const float* x, int64_t T, int64_t K,
                          work* wk, int nt) {
   int need256 = 0, need32 = 0;
-  int64_t N = 0;
+  int64_t nch[4], chunks = 0;
   for (int i = 0; i < nw; i++) {
     need256 |= sd_act_blk(ws[i]->type) == QKK;
     need32 |= sd_act_blk(ws[i]->type) == QK;
-    N += ws[i]->rows;
+    nch[i] = (ws[i]->rows + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK;
+    chunks += nch[i];
   }
   wk->a256.K = wk->a32.K = K;
 #pragma omp parallel num_threads(nt)
@@ -65,16 +83,16 @@ static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, co
     if (need256) sd_quantize_rows(x + r0 * K, r1 - r0, K, QKK, &wk->a256, r0);
     if (need32) sd_quantize_rows(x + r0 * K, r1 - r0, K, QK, &wk->a32, r0);
 #pragma omp barrier
-    const int64_t n0 = N * t / TT, n1 = N * (t + 1) / TT;
-    int64_t off = 0;
-    for (int i = 0; i < nw; i++) {
-      const int64_t rows = ws[i]->rows;
-      const int64_t lo = n0 > off ? n0 : off, hi = n1 < off + rows ? n1 : off + rows;
-      if (lo < hi) {
-        const sd_act* a = sd_act_blk(ws[i]->type) == QKK ? &wk->a256 : &wk->a32;
-        sd_mm_rows(ws[i], NULL, a, x, T, lo - off, hi - off, outs[i], rows);
-      }
-      off += rows;
+    /* chunks of output rows handed out as threads come free: where another program takes a
+       core for a while, the other thread carries on instead of waiting for a fixed half */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; c++) {
+      int i = 0;
+      int64_t cc = c;
+      while (cc >= nch[i]) cc -= nch[i++];
+      const int64_t rows = ws[i]->rows, lo = cc * SD_ROW_CHUNK, hi = lo + SD_ROW_CHUNK < rows ? lo + SD_ROW_CHUNK : rows;
+      const sd_act* a = sd_act_blk(ws[i]->type) == QKK ? &wk->a256 : &wk->a32;
+      sd_mm_rows(ws[i], NULL, a, x, T, lo, hi, outs[i], rows);
     }
   }
 }
@@ -141,7 +159,7 @@ static void attention(const sd_model* m, const float* q, const float* kc, const 
                       float* att, float* scores_all, int64_t L_max, int nt) {
   const int H = m->n_heads, hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
   const int64_t hkv = (int64_t)m->n_kv_heads * hd;
-#pragma omp parallel for schedule(static) num_threads(nt)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
   for (int64_t th = 0; th < T * H; th++) {
 #ifdef _OPENMP
     float* s = scores_all + (int64_t)omp_get_thread_num() * L_max;
@@ -188,7 +206,12 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
       w->cs[t * half + i] = cosf(a);
       w->sn[t * half + i] = sinf(a);
     }
+  if (prof_on < 0) {
+    prof_on = getenv("SD_PROFILE") != NULL;
+    if (prof_on) atexit(prof_dump);
+  }
   for (int l = 0; l < m->n_layers; l++) {
+    PROF_START();
     const sd_layer* L = m->layers + l;
     float* kl = kc + (int64_t)l * cap * hkv;
     float* vl = vc + (int64_t)l * cap * hkv;
@@ -205,14 +228,17 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
     head_norm(w->k, L->k_norm, T, m->n_kv_heads, (int)hd, m->rms_eps);
     rope(w->q, T, (int)H, (int)hd, m->rope_neox, w->cs, w->sn);
     rope(w->k, T, m->n_kv_heads, (int)hd, m->rope_neox, w->cs, w->sn);
+    PROF_END(0);
     memcpy(kl + start * hkv, w->k, sizeof(float) * T * hkv);
     memcpy(vl + start * hkv, w->v, sizeof(float) * T * hkv);
     attention(m, w->q, kl, vl, T, start, w->att, w->scores, start + T, nt);
+    PROF_END(1);
     {
       const sd_mat* ws[1] = {&L->wo};
       float* outs[1] = {w->tmp};
       matmul_group(1, ws, outs, w->att, T, hq, w, nt);
     }
+    PROF_END(2);
     for (int64_t i = 0; i < T * D; i++) w->x[i] = w->x[i] + w->tmp[i];
     for (int64_t t = 0; t < T; t++) rmsnorm_row(w->x + t * D, L->ffn_norm, D, m->rms_eps, w->h + t * D);
     {
@@ -220,6 +246,7 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
       float* outs[2] = {w->g, w->u};
       matmul_group(2, ws, outs, w->h, T, D, w, nt);
     }
+    PROF_END(3);
     /* SiLU(g) * u, with e^-g taken in place in u's stead first */
     for (int64_t i = 0; i < T * F; i++) w->tmp[i] = -w->g[i];
     /* tmp may be shorter than T*F: it is sized for it (see sd_forward) */
@@ -230,8 +257,10 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
       float* outs[1] = {w->tmp};
       matmul_group(1, ws, outs, w->g, T, F, w, nt);
     }
+    PROF_END(4);
     for (int64_t i = 0; i < T * D; i++) w->x[i] = w->x[i] + w->tmp[i];
   }
+  PROF_START();
   /* the head, for the rows that want logits */
   const int64_t first = logit_from > start ? logit_from - start : 0;
   if (first < T) {
@@ -241,6 +270,7 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
     float* outs[1] = {logits + (start + first - logit_from) * (int64_t)m->vocab};
     matmul_group(1, ws, outs, w->h, n, D, w, nt);
   }
+  PROF_END(5);
   return 0;
 }
 
@@ -281,9 +311,8 @@ SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capaci
     const int64_t n = T - c0 < C ? T - c0 : C;
     rc = chunk(m, kc, vc, capacity, ids + c0, n, start + c0, &w, start + T - n_logits, logits, nthreads);
   }
-  free(w.a256.qs); free(w.a256.d); free(w.a256.sums);
-  free(w.a32.qs); free(w.a32.d); free(w.a32.sums);
-  free(w.x); free(w.h); free(w.q); free(w.k); free(w.v); free(w.att);
-  free(w.g); free(w.u); free(w.tmp); free(w.scores); free(w.cs); free(w.sn);
+  void* bufs[] = {w.a256.qs, w.a256.d, w.a256.sums, w.a32.qs, w.a32.d, w.a32.sums, w.x, w.h, w.q, w.k, w.v,
+                  w.att, w.g, w.u, w.tmp, w.scores, w.cs, w.sn};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sd_free(bufs[i]);
   return rc;
 }

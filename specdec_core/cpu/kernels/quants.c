@@ -36,6 +36,23 @@
 
 /* ------------------------------------------------------------------ scalars and formats */
 
+void* sd_alloc(size_t n) {
+#if defined(_WIN32)
+  return _aligned_malloc(n ? n : 1, 64);
+#else
+  void* p = NULL;
+  return posix_memalign(&p, 64, n ? n : 1) == 0 ? p : NULL;
+#endif
+}
+
+void sd_free(void* p) {
+#if defined(_WIN32)
+  _aligned_free(p);
+#else
+  free(p);
+#endif
+}
+
 float sd_fp16_to_fp32(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
@@ -486,11 +503,11 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
   const int blk = sd_act_blk(type);
   sd_act a = {NULL, NULL, NULL, K, blk};
   if (blk) {
-    a.qs = (int8_t*)malloc((size_t)(M * K));
-    a.d = (float*)malloc(sizeof(float) * (size_t)(M * (K / blk)));
-    a.sums = (int16_t*)malloc(sizeof(int16_t) * (size_t)(M * (K / 16)));
+    a.qs = (int8_t*)sd_alloc((size_t)(M * K));
+    a.d = (float*)sd_alloc(sizeof(float) * (size_t)(M * (K / blk)));
+    a.sums = (int16_t*)sd_alloc(sizeof(int16_t) * (size_t)(M * (K / 16)));
     if (!a.qs || !a.d || !a.sums) {
-      free(a.qs); free(a.d); free(a.sums);
+      sd_free(a.qs); sd_free(a.d); sd_free(a.sums);
       return 3;
     }
   }
@@ -509,11 +526,13 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
       sd_quantize_rows(x + r0 * K, r1 - r0, K, blk, &a, r0);
 #pragma omp barrier
     }
-    /* contiguous output ranges: each thread streams its own part of the weights */
-    const int64_t n0 = N * t / T, n1 = N * (t + 1) / T;
-    sd_mm_rows(&wm, rowmap, &a, x, M, n0, n1, y, ldy);
+    /* chunks of output rows handed out as threads come free (see forward.c's matmul_group) */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < (N + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK; c++)
+      sd_mm_rows(&wm, rowmap, &a, x, M, c * SD_ROW_CHUNK, c * SD_ROW_CHUNK + SD_ROW_CHUNK < N ? c * SD_ROW_CHUNK + SD_ROW_CHUNK : N,
+                 y, ldy);
   }
-  free(a.qs); free(a.d); free(a.sums);
+  sd_free(a.qs); sd_free(a.d); sd_free(a.sums);
   return 0;
 }
 

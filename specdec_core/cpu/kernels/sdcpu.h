@@ -52,6 +52,7 @@ enum {
 
 /* -- block formats (byte layouts as llama.cpp's ggml-common.h; fp16 fields as raw bits) -- */
 #define QK 32   /* elements per block of the 32-element types */
+#define SD_ROW_CHUNK 32 /* output rows a thread takes at a time (dynamic schedule) */
 #define QKK 256 /* elements per super-block of the K-quants */
 
 typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;                     /* w = d*(q-8)  */
@@ -101,6 +102,8 @@ typedef struct {
 } sd_model;
 
 /* -- quants.c -- */
+void* sd_alloc(size_t n); /* 64-byte aligned (activation rows: no load splits a cache line); NULL on failure */
+void sd_free(void* p);
 float sd_fp16_to_fp32(uint16_t h);
 int sd_blk_elems(int type);  /* elements per block, 0 for an unsupported type */
 int sd_blk_bytes(int type);
