@@ -17,12 +17,16 @@ class TokenKind(str, Enum):
     CORRECTED -- sampled from the residual after a rejection (greedy: the target's argmax there).
     BONUS     -- sampled from the target after every proposed token was accepted
                  (also the target's own token when a proposer had nothing to offer).
+    SERVER    -- a server target's token whose origin the server does not report
+                 (specdec_core/server: an OpenAI-compatible server that gives no per-token
+                 draft figures, or a stretch where llama-server's counters cannot place it).
     """
 
     STANDARD = "standard"
     ACCEPTED = "accepted"
     CORRECTED = "corrected"
     BONUS = "bonus"
+    SERVER = "server"
 
 
 @dataclass(frozen=True, slots=True)
