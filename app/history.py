@@ -174,5 +174,7 @@ def chat_to_markdown(title: str, system_prompt: str, messages: list[Message]) ->
                 bits.append(f"τ {s.get('mean_accepted_per_step', 0):.2f}")
             if s.get("stop_reason") == "cancelled":
                 bits.append("stopped")
+            elif s.get("stop_reason") == "error":
+                bits.append("cut off: " + str(s.get("error", "")))
             lines += ["<sub>" + " · ".join(bits) + "</sub>", ""]
     return "\n".join(lines).rstrip() + "\n"

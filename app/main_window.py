@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .history import History, Message, StoredToken, chat_to_markdown
 from .metrics import LiveStats
+from .server_target import apply_server, connect_dialog, show_server_figures
 from .side_panel import SidePanel
 from .theme import Theme, app_icon
 from .worker import GenerateRequest, LoadRequest, start_worker, stop_worker
@@ -84,7 +85,8 @@ class LoadDialog(QDialog):
             browse.clicked.connect(lambda _=False, e=edit: self._browse(e))
             row.addWidget(browse)
             form.addRow(label, row)
-        form.addRow(QLabel("A SPEC is a model folder, a .gguf file, a hub id, or <code>default</code>."))
+        form.addRow(QLabel("A SPEC is a model folder, a .gguf file, a hub id, <code>default</code>, "
+                           "or a server <code>http://HOST:PORT</code>."))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -247,6 +249,7 @@ class MainWindow(QMainWindow):
         act(m, "&Delete chat", self.delete_chat)
         m.addSeparator()
         act(m, "&Load models…", self.load_dialog, "Ctrl+L")
+        act(m, "Connect to a &server…", lambda: connect_dialog(self))
         m.addSeparator()
         self.quit_action = act(m, "&Quit", self.close, "Ctrl+Q")
         m = self.menuBar().addMenu("&Chat")
@@ -294,6 +297,7 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"Ready: {t}" + (f" + draft {d}" if d else ""))
         self.side_panel.set_models(info.get("target"), info.get("draft"))
         self.chat_view.set_hint("Ask anything. Tokens are coloured by where they came from — see the legend above.")
+        apply_server(self, info.get("server"))
         self._update_buttons()
         self.models_ready.emit()
 
@@ -311,7 +315,7 @@ class MainWindow(QMainWindow):
         if dlg.exec() == QDialog.DialogCode.Accepted:
             r = self.load_request
             self.start_loading(LoadRequest(dlg.target.text().strip() or "default", dlg.draft.text().strip() or None,
-                                           r.device, r.dtype, r.quantization))
+                                           r.device, r.dtype, r.quantization, api_key=r.api_key))
 
     def show_error(self, title: str, message: str) -> QMessageBox:
         """A non-blocking error dialog (the app stays usable behind it)."""
@@ -467,12 +471,18 @@ class MainWindow(QMainWindow):
         if not self._is_current(request_id):
             return
         a = self.active
+        if a.events:  # it broke off midway: keep what came, marked as cut
+            stats = a.live.to_dict()
+            stats.update(stop_reason="error", error=message)
+            self._complete(stats)
+            return
         self.active = None
         a.widget.set_streaming(False)
         a.widget.set_error(f"generation failed: {message}")
         a.widget.set_meta("failed")
         self.status_label.setText(f"Generation failed: {message}")
         self._update_buttons()
+        self.show_error("Generation failed", message)
 
     def stop(self) -> None:
         """Esc: cancel the running generation. What streamed so far is kept and saved as a
@@ -514,8 +524,13 @@ class MainWindow(QMainWindow):
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
         self.side_panel.show_final(stats, a.live)
+        show_server_figures(self.side_panel, stats)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
+        if reason == "error":  # a stream that broke off: the part is kept, the dialog says why
+            w.set_error(f"cut off: {stats.get('error', '')}")
+            self.status_label.setText("The answer was cut off")
+            self.show_error("The answer was cut off", stats.get("error", "") + " — what arrived is kept, marked as cut.")
         self._update_buttons()
         self.message_done.emit(reason)
 
@@ -592,4 +607,6 @@ def meta_line(stats: dict) -> str:
         bits.append(f"τ {stats.get('mean_accepted_per_step', 0.0):.2f}")
     if stats.get("stop_reason") == "cancelled":
         bits.append("stopped")
+    elif stats.get("stop_reason") == "error":
+        bits.append("cut off")
     return " · ".join(b for b in bits if b)

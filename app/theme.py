@@ -11,12 +11,13 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
-KINDS = ("accepted", "corrected", "bonus", "standard")
+KINDS = ("accepted", "corrected", "bonus", "standard", "server")
 KIND_LABELS = {
     "accepted": "accepted — draft token the target kept",
     "corrected": "corrected — target's token after a rejection",
     "bonus": "bonus — target's extra token when all were accepted",
     "standard": "standard — target alone (standard mode)",
+    "server": "server — a server target's token whose origin the server does not report",
 }
 
 
