@@ -404,3 +404,26 @@ def test_a_stopped_answer_ends_at_once_and_the_server_stops_too(endless_server):
     assert time.monotonic() - t0 < 2
     # the server dropped the request: the next one is answered at once
     assert answer(engine, n=5).stats.new_tokens == 5
+
+
+# -- the benchmark -------------------------------------------------------------------------
+def test_bench_against_a_server(server, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "category": "code", "prompt": "the cat sat"}\n'
+                       '{"id": "b", "category": "chat", "prompt": "is it on the mat"}\n')
+    out = tmp_path / "bench"
+    rc, _, err = run_cli(["bench", "--target", server.url, "--prompts", str(prompts), "--repeats", "2",
+                          "--max-new-tokens", "12", "--warmup-tokens", "4", "--no-progress", "--out", str(out)],
+                         capsys)
+    assert rc == 0, err
+    report = json.loads((out / "report.json").read_text())
+    runs = report["runs"]
+    assert [r["prompt"] for r in runs] == ["a", "a", "b", "b"] and all(r["new_tokens"] == 12 for r in runs)
+    # greedy: the repeats give the same text; the figures are the server's
+    assert runs[0]["text"] == runs[1]["text"] and runs[0]["figures"].startswith("llama-server timings")
+    o = report["summary"]["overall"]
+    assert o["acceptance_rate"] == sum(r["accepted_draft_tokens"] for r in runs) / sum(r["draft_tokens"] for r in runs)
+    assert o["mean_accepted_per_step"] == 48 / sum(r["verifications"] for r in runs)
+    assert report["server"]["engine"] == "llama.cpp" and "| **overall** | 4 |" in (out / "report.md").read_text()
+    rc, _, err = run_cli(["bench", "--target", server.url, "--baseline", "hf", "--out", str(out)], capsys)
+    assert rc == 2 and "--baseline" in one_error_line(err)
