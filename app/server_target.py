@@ -68,6 +68,13 @@ def apply_server(window, server: dict | None) -> None:
     local = server is None
     for w in (panel.proposer, panel.k_spin, panel.adaptive):
         w.setEnabled(local and panel.mode == "speculative")
+    # the proposer and the draft length are the server's own settings: their rows go while it is loaded
+    form = panel.proposer.parentWidget().layout()
+    if isinstance(form, QFormLayout):
+        form.setRowVisible(panel.proposer, local)
+        row = _row_of(form, panel.k_spin)
+        if row >= 0:
+            form.setRowVisible(row, local)
     panel.mode_button.setEnabled(local)
     if local:
         panel.mode_button.setToolTip("Standard ↔ speculative: takes effect from the next message, no reload")
@@ -84,16 +91,29 @@ def apply_server(window, server: dict | None) -> None:
         w.setToolTip("the server drafts with its own settings")
     what = {"per token": "every token coloured from the server's draft counters",
             "none": "the server reports no origin per token: its tokens are <i>server</i>"}
+    model = str(server.get("model", "?"))
+    panel.target_label.setToolTip(model)  # llama-server names a model by its file path
     panel.target_label.setText(
-        f"<b>Target</b>: {html.escape(server.get('model', '?'))}<br>"
+        f"<b>Target</b>: {html.escape(model.replace(chr(92), '/').rsplit('/', 1)[-1])}<br>"
         f"{html.escape(server.get('engine', ''))} server at {html.escape(server.get('url', ''))}<br>"
         f"{what.get(server.get('colours', ''), '')}")
     if server.get("speculative"):
-        panel.draft_label.setText(f"<b>Draft</b>: the server's own ({html.escape(server.get('proposer') or '?')})")
+        how = f" ({html.escape(server['proposer'])})" if server.get("proposer") else ""
+        panel.draft_label.setText(f"<b>Draft</b>: the server's own{how}")
     elif server.get("speculative") is False:
         panel.draft_label.setText("<b>Draft</b>: none on the server (standard decoding)")
     else:
         panel.draft_label.setText("<b>Draft</b>: the server does not say")
+
+
+def _row_of(form: QFormLayout, widget) -> int:
+    """The form row holding `widget`, also when it sits inside a row's own layout."""
+    for row in range(form.rowCount()):
+        item = form.itemAt(row, QFormLayout.ItemRole.FieldRole)
+        lay = item.layout() if item is not None else None
+        if item is not None and (item.widget() is widget or (lay is not None and lay.indexOf(widget) >= 0)):
+            return row
+    return -1
 
 
 def show_server_figures(panel, stats: dict) -> None:

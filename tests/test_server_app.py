@@ -104,10 +104,13 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     assert not panel.mode_button.isEnabled() and panel.mode == "speculative"
     assert "by the server" in panel.mode_button.text() and "cannot be raced" in panel.mode_button.toolTip()
     assert not panel.k_spin.isEnabled() and not panel.proposer.isEnabled()
+    assert panel.proposer.isHidden() and panel.k_spin.isHidden()  # the server's own settings: rows hidden
     assert "llama.cpp server at " + server.url in panel.target_label.text()
     assert win.legend.swatches["server"].isHidden()  # llama-server: every token has its kind
-    # the race tab says why it cannot race
-    assert not win.race_view.start_button.isEnabled() and "cannot be raced" in win.race_view.status.text()
+    # the race tab says why it cannot race (its own slot of the loaded signal may come a moment later)
+    qtbot.waitUntil(lambda: "cannot be raced" in win.race_view.status.text(), timeout=TIMEOUT)
+    win.race_view.prompt.setPlainText("the cat")
+    assert not win.race_view.start_button.isEnabled() and not win.race_view.start()
 
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
         assert win.send("the cat sat on the mat")
@@ -123,6 +126,16 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     assert win.messages[-1].stats["reused_prompt_tokens"] > 0  # llama-server's prompt cache
     stored = History(tmp_path / "data").messages(win.chat_id)
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+    # back to local models: everything the server had fixed is the user's again
+    from app_fixtures import tiny_factory
+
+    with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+        win.start_loading(LoadRequest(factory=tiny_factory()))
+    assert panel.mode_button.isEnabled() and panel.k_spin.isVisibleTo(panel) and panel.proposer.isVisibleTo(panel)
+    assert panel.mode_button.text() == "⚡ Speculative decoding" and win.legend.swatches["server"].isHidden()
+    qtbot.waitUntil(lambda: win.race_view.ready, timeout=TIMEOUT)  # its own slot of the same signal
+    win.race_view.prompt.setPlainText("the cat")
+    assert win.race_view.start_button.isEnabled() and "cannot be raced" not in win.race_view.status.text()
 
 
 def test_a_server_killed_mid_answer_keeps_the_part_marked_as_cut(qtbot, make_window, endless_server, tmp_path):

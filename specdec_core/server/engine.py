@@ -101,7 +101,8 @@ def _llama(endpoint: Endpoint, model: dict, props: dict) -> ServerEngine:
         types = str((slots[0].get("params") or {}).get("speculative.types", ""))
         types = ",".join(t for t in types.split(",") if t and t != "none")
     meta = model.get("meta") or {}
-    engine = ServerEngine(endpoint, LLAMA_CPP, str(model["id"]), speculative, types or "draft")
+    # the slot names its drafting (e.g. draft-simple) once it has served a request
+    engine = ServerEngine(endpoint, LLAMA_CPP, str(model["id"]), speculative, types)
     info = engine.target.info
     info.quantization = str(props.get("model_ftype") or "gguf")
     info.memory_bytes = int(meta.get("size") or 0)
@@ -145,8 +146,9 @@ class ServerEngine:
             quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0))
         self.draft = None
         if speculative:
+            how = f" ({spec_types})" if spec_types else ""
             self.draft = _Role(ServerModelInfo(
-                name=f"the server's own draft ({spec_types})", source=endpoint.url, dtype="server's own",
+                name=f"the server's own draft{how}", source=endpoint.url, dtype="server's own",
                 quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0))
 
     # -- what this server can do ----------------------------------------------------------
