@@ -530,7 +530,8 @@ class MainWindow(QMainWindow):
         if reason == "error":  # a stream that broke off: the part is kept, the dialog says why
             w.set_error(f"cut off: {stats.get('error', '')}")
             self.status_label.setText("The answer was cut off")
-            self.show_error("The answer was cut off", stats.get("error", "") + " — what arrived is kept, marked as cut.")
+            self.show_error("The answer was cut off",
+                            stats.get("error", "") + " — what arrived is kept, marked as cut.")
         self._update_buttons()
         self.message_done.emit(reason)
 

@@ -343,7 +343,8 @@ class SidePanel(QScrollArea):
             self.m_tau.set(f"{stats.get('mean_accepted_per_step', 1.0):.2f}")
             self.m_k.set("—")
             self.bars.set_values([])
-        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped", "error": "cut off"}.get(
+        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped",
+                  "error": "cut off"}.get(
             stats.get("stop_reason", ""), stats.get("stop_reason", "")
         )
         bits = [f"{stats.get('new_tokens', 0)} tokens", f"{stats.get('seconds', 0.0):.2f} s"]

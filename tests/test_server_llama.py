@@ -280,6 +280,18 @@ def test_nothing_listening(capsys):
     assert rc == 2 and "nothing is listening at" in one_error_line(err)
 
 
+def test_a_wrong_url(server, capsys):
+    cases = [
+        ("http://127.0.0.1:port", "port that is not a number"),
+        ("http:/127.0.0.1:8080", "is not a server address"),
+        # the right server, a wrong path (a proxy prefix it does not have): its own 404
+        (server.url + "/api", "is not an OpenAI-compatible server"),
+    ]
+    for url, words in cases:
+        rc, _, err = run_cli(["generate", "--target", url, "--prompt", "hi"], capsys)
+        assert rc == 2 and words in one_error_line(err), (url, err)
+
+
 class _NotFound(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 -- http.server's naming
         body = b"<html><body>404: no such page</body></html>"

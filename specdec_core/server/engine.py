@@ -36,8 +36,9 @@ LLAMA_CPP, VLLM, OPENAI = "llama.cpp", "vLLM", "OpenAI-compatible"
 
 
 def is_server_spec(spec: object) -> bool:
-    """A target SPEC that names a server: http://HOST:PORT or https://..."""
-    return isinstance(spec, str) and spec.strip().lower().startswith(("http://", "https://"))
+    """A target SPEC that names a server: http://HOST:PORT or https://... (a mistyped one such as
+    "http:/host" too, so it is told what a server address looks like, not what a model is)."""
+    return isinstance(spec, str) and spec.strip().lower().startswith(("http:", "https:"))
 
 
 @dataclass(frozen=True)
