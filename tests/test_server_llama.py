@@ -439,3 +439,20 @@ def test_bench_against_a_server(server, tmp_path, capsys):
     assert report["server"]["engine"] == "llama.cpp" and "| **overall** | 4 |" in (out / "report.md").read_text()
     rc, _, err = run_cli(["bench", "--target", server.url, "--baseline", "hf", "--out", str(out)], capsys)
     assert rc == 2 and "--baseline" in one_error_line(err)
+
+
+def test_a_server_without_a_draft_decodes_standard(ggufs):
+    from specdec_core.server import connect
+
+    s = LlamaServer(ggufs["target"], log=ggufs["folder"] / "plain.log")
+    try:
+        engine = connect(s.wait_ready().url)
+        assert engine.speculative is False and engine.draft is None and engine.mode == "standard"
+        assert "has no draft model" in engine.race_refusal and "--model-draft" in engine.race_refusal
+        gen = engine.generate(engine.encode_prompt(PROMPT), settings(12), mode="standard",
+                              cancel=threading.Event()).run()
+        st = gen.stats
+        assert set(gen.kinds) == {"standard"} and st.mode == "standard" and st.draft_tokens == 0
+        assert st.target_forward_passes == st.new_tokens == 12 and st.mean_accepted_per_step == 1.0
+    finally:
+        s.stop()
