@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .theme import Theme
+from .theme import KIND_HINTS, Theme
 
 LOOKAHEAD = 12  # raw characters skipped at most to find a rendered character (markdown syntax)
 CONTEXT_LOOKAHEAD = 40  # ... when the next few rendered characters match too (a fence with its language)
@@ -160,8 +160,10 @@ class TokenText(QTextBrowser):
 def token_tooltip(tok: ViewToken) -> str:
     pos = "—" if tok.draft_position is None else str(tok.draft_position)
     shown = tok.text.replace("\n", "⏎").replace(" ", "·") or "(part of a character)"
+    hint = KIND_HINTS.get(tok.kind, "")
     return (
-        f"<b>{tok.kind}</b><br>step {tok.step} · draft position {pos}<br>"
+        f"<b>{tok.kind}</b>" + (f": {html.escape(hint, quote=False)}" if hint else "") + "<br>"
+        f"step {tok.step} · draft position {pos}<br>"
         f"token {tok.token_id}: <code>{html.escape(shown)}</code>"
     )
 
@@ -178,6 +180,7 @@ class MessageWidget(QFrame):
         self.tokens: list[ViewToken] = []
         self.streaming = False
         self.error: str | None = None
+        self.empty_hint: str | None = None  # shown instead of "(no text…)" before any tokens came
         self.setObjectName("Bubble")
         self.setProperty("role", role)
         outer = QVBoxLayout(self)
@@ -273,6 +276,10 @@ class MessageWidget(QFrame):
         body = self.text
         if self.streaming and not body:
             doc.setHtml(f"<p style='color:{self.theme.values['muted']}'>…</p>")
+            self.view.position_tokens = []
+            return
+        if not self.streaming and not self.tokens and not body and not self.error and self.empty_hint:
+            doc.setHtml(f"<p style='color:{self.theme.values['muted']}'><i>{html.escape(self.empty_hint)}</i></p>")
             self.view.position_tokens = []
             return
         if not self.streaming and not body.strip() and not self.error:

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .figures import meta_line
+
 APP_NAME = "specdec-chat"
 DB_NAME = "chats.sqlite3"
 
@@ -51,6 +53,16 @@ class StoredToken:
     kind: str
     step: int
     draft_position: int | None
+
+
+def _stored_token(token_id: int, text: str, kind: str, step: int, draft_position: int | None) -> StoredToken:
+    """A saved token as the engine names it today. Earlier builds saved a plain step's
+    token (k = 0: the prefill, a step the controller left to the target) as "bonus"; a bonus
+    token always fills position k >= 1, so "bonus" at position 0 is exactly such a plain step,
+    shown as what it was: "standard". The row itself is left as saved."""
+    if kind == "bonus" and draft_position == 0:
+        return StoredToken(token_id, text, "standard", step, None)
+    return StoredToken(token_id, text, kind, step, draft_position)
 
 
 @dataclass
@@ -149,7 +161,7 @@ class History:
         ).fetchall()
         out = []
         for mid, role, content, tokens, stats in rows:
-            toks = [StoredToken(*t) for t in json.loads(tokens)] if tokens else []
+            toks = [_stored_token(*t) for t in json.loads(tokens)] if tokens else []
             out.append(Message(role, content, toks, json.loads(stats) if stats else {}, mid))
         return out
 
@@ -163,18 +175,5 @@ def chat_to_markdown(title: str, system_prompt: str, messages: list[Message]) ->
         who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role)
         lines += [f"## {who}", "", m.content.rstrip(), ""]
         if m.role == "assistant" and m.stats:
-            s = m.stats
-            bits = [f"{s.get('mode', '?')}"]
-            if s.get("proposer") and s.get("mode") == "speculative":
-                bits.append(f"proposer {s['proposer']}")
-            if s.get("tokens_per_second"):
-                bits.append(f"{s['tokens_per_second']:.1f} tok/s")
-            if s.get("mode") == "speculative" and s.get("acceptance_rate") is not None:
-                bits.append(f"α {s['acceptance_rate']:.2f}")
-                bits.append(f"τ {s.get('mean_accepted_per_step', 0):.2f}")
-            if s.get("stop_reason") == "cancelled":
-                bits.append("stopped")
-            elif s.get("stop_reason") == "error":
-                bits.append("cut off: " + str(s.get("error", "")))
-            lines += ["<sub>" + " · ".join(bits) + "</sub>", ""]
+            lines += ["<sub>" + meta_line(m.stats) + "</sub>", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draft model SPEC, or 'none' for no draft (default: embedded pair)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps (default: auto)")
     p.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16 (default: auto)")
-    p.add_argument("--quantization", default=None, help="none | nf4 | int8 (target; default: none)")
+    p.add_argument("--quantization", default=None,
+                   help="none | nf4 | int8: a safetensors target through bitsandbytes (default: nf4 on CUDA, "
+                        "none on CPU, where nf4/int8 run too, slowly)")
     p.add_argument("--data-dir", default=None, metavar="DIR", help="where chats are stored (default: user data folder)")
     p.add_argument("--theme", default="auto", choices=("auto", "light", "dark"), help="colour theme (default: auto)")
     p.add_argument("--self-test", action="store_true", help="open offscreen, generate a few tokens, check, exit 0/1")

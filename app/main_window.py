@@ -14,13 +14,9 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QDialog,
-    QDialogButtonBox,
     QFileDialog,
-    QFormLayout,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QMainWindow,
@@ -36,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .history import History, Message, StoredToken, chat_to_markdown
-from .metrics import LiveStats
+from .figures import meta_line
 from .server_target import apply_server, connect_dialog, show_server_figures
 from .side_panel import SidePanel
 from .theme import Theme, app_icon
@@ -68,45 +64,15 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(e)
 
 
-class LoadDialog(QDialog):
-    """Choose a target and a draft (SPEC: folder, .gguf, hub id or 'default')."""
-
-    def __init__(self, target: str, draft: str | None, parent=None):
-        super().__init__(parent)
-        self.setWindowTitle("Load models")
-        form = QFormLayout(self)
-        self.target = QLineEdit(target)
-        self.draft = QLineEdit(draft or "")
-        self.draft.setPlaceholderText("empty: no draft (prompt lookup only)")
-        for label, edit in (("Target", self.target), ("Draft", self.draft)):
-            row = QHBoxLayout()
-            row.addWidget(edit, 1)
-            browse = QPushButton("Folder…")
-            browse.clicked.connect(lambda _=False, e=edit: self._browse(e))
-            row.addWidget(browse)
-            form.addRow(label, row)
-        form.addRow(QLabel("A SPEC is a model folder, a .gguf file, a hub id, <code>default</code>, "
-                           "or a server <code>http://HOST:PORT</code>."))
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
-        self.resize(560, 150)
-
-    def _browse(self, edit: QLineEdit) -> None:
-        d = QFileDialog.getExistingDirectory(self, "Model folder", edit.text())
-        if d:
-            edit.setText(d)
-
-
 @dataclass
 class Active:
     """The generation the window is waiting for."""
 
     request: GenerateRequest
     widget: MessageWidget
-    live: LiveStats
     events: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)  # the engine's running Stats for `events`
+    series: list = field(default_factory=list)  # (seconds, decode tok/s) as the engine reported them
 
 
 class MainWindow(QMainWindow):
@@ -125,7 +91,10 @@ class MainWindow(QMainWindow):
         self.active: Active | None = None
         self.ready = False
         self.model_info: dict = {}
+        self.models_dialog = None
         self.last_error_dialog: QMessageBox | None = None
+        self.context_dialog: QMessageBox | None = None  # the last "does not fit the context" dialog
+        self.dropped_messages = 0  # oldest messages of this chat left out of the prompt (kept in the chat)
         self.dropped_batches = 0  # token batches from a request no longer waited for (tests)
         self._next_request = 0
         self._regenerations = 0
@@ -142,6 +111,7 @@ class MainWindow(QMainWindow):
         self.worker.tokens.connect(self._on_tokens)
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
+        self.worker.too_long.connect(self._on_too_long)
         from .race_view import add_race_tab  # a Race tab sharing this worker's thread and engine
 
         self.race_view = add_race_tab(self)
@@ -289,8 +259,13 @@ class MainWindow(QMainWindow):
             self.chat_view.set_hint(f"Loading models… {message}{pct}")
 
     def _on_loaded(self, info: dict) -> None:
+        from specdec_core.models import recent
+
         self.ready = True
         self.model_info = info
+        for role, spec in (("target", self.load_request.target), ("draft", self.load_request.draft)):
+            if spec and info.get(role) and self.load_request.factory is None:
+                recent.remember(spec, role, info[role], file=self.recent_file)  # listed next time, with what it was
         self.progress_bar.hide()
         t = (info.get("target") or {}).get("name") or "target"
         d = (info.get("draft") or {}).get("name")
@@ -311,11 +286,30 @@ class MainWindow(QMainWindow):
         self.load_error.emit(message)
 
     def load_dialog(self) -> None:
-        dlg = LoadDialog(self.load_request.target, self.load_request.draft, self)
-        if dlg.exec() == QDialog.DialogCode.Accepted:
-            r = self.load_request
-            self.start_loading(LoadRequest(dlg.target.text().strip() or "default", dlg.draft.text().strip() or None,
-                                           r.device, r.dtype, r.quantization, api_key=r.api_key))
+        """File ▸ Load models…: the Models dialog (app/models_dialog.py), window-modal, not blocking."""
+        from .models_dialog import ModelsDialog
+
+        # the models loaded now are freed before the next load: their bytes count as free
+        freeable = sum((self.model_info.get(r) or {}).get("memory_bytes") or 0 for r in ("target", "draft"))
+        dlg = ModelsDialog(self.load_request, self.recent_file, freeable if self.ready else 0, self)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.accepted.connect(lambda: self.start_loading(dlg.request()))
+        dlg.open()
+        self.models_dialog = dlg
+
+    def _close_models_dialog(self) -> None:
+        """Its threads end before the window goes (a download in flight keeps its bytes)."""
+        import shiboken6
+
+        dlg = self.models_dialog
+        if dlg is not None and shiboken6.isValid(dlg):
+            dlg.shutdown()
+
+    @property
+    def recent_file(self) -> Path:
+        from specdec_core.models import recent  # plain JSON, no torch
+
+        return self.history.data_dir / recent.FILE_NAME
 
     def show_error(self, title: str, message: str) -> QMessageBox:
         """A non-blocking error dialog (the app stays usable behind it)."""
@@ -341,6 +335,7 @@ class MainWindow(QMainWindow):
     def new_chat(self) -> None:
         self.stop()
         self.chat_id = None
+        self.dropped_messages = 0
         self.messages = []
         self.chat_view.clear()
         self.system_prompt.setPlainText("")
@@ -352,6 +347,7 @@ class MainWindow(QMainWindow):
     def open_chat(self, chat_id: int) -> None:
         self.stop()
         self.chat_id = chat_id
+        self.dropped_messages = 0
         self.messages = self.history.messages(chat_id)
         self.chat_view.clear()
         self.system_prompt.setPlainText(self.history.system_prompt(chat_id))
@@ -439,11 +435,12 @@ class MainWindow(QMainWindow):
             top_k=s["top_k"],
             top_p=s["top_p"],
             seed=s["seed"] + seed_offset,
+            drop_oldest=self.dropped_messages,
         )
         w = self.chat_view.add_message("assistant")
         w.set_streaming(True)
         w.set_meta(f"{req.mode}" + (f" · {req.proposer}" if req.mode == "speculative" else "") + " · generating…")
-        self.active = Active(req, w, LiveStats(mode=req.mode))
+        self.active = Active(req, w)
         self.side_panel.reset_metrics(req.mode)
         self.status_label.setText("Generating…")
         self._update_buttons()
@@ -452,15 +449,17 @@ class MainWindow(QMainWindow):
     def _is_current(self, request_id: int) -> bool:
         return self.active is not None and self.active.request.request_id == request_id
 
-    def _on_tokens(self, request_id: int, events: list) -> None:
+    def _on_tokens(self, request_id: int, events: list, stats: dict) -> None:
         if not self._is_current(request_id):
             self.dropped_batches += 1
             return
         a = self.active
         a.events.extend(events)
-        a.live.add(events)
+        a.stats = dict(stats)
+        if stats.get("decode_tokens_per_second"):
+            a.series.append((stats["seconds"], stats["decode_tokens_per_second"]))
         a.widget.append_events(events)
-        self.side_panel.show_live(a.live, a.request.mode, a.request.draft_tokens)
+        self.side_panel.show_stats(a.stats, a.request.draft_tokens, a.series)
 
     def _on_finished(self, request_id: int, stats: dict) -> None:
         if not self._is_current(request_id):
@@ -472,7 +471,7 @@ class MainWindow(QMainWindow):
             return
         a = self.active
         if a.events:  # it broke off midway: keep what came, marked as cut
-            stats = a.live.to_dict()
+            stats = dict(a.stats)
             stats.update(stop_reason="error", error=message)
             self._complete(stats)
             return
@@ -484,13 +483,53 @@ class MainWindow(QMainWindow):
         self._update_buttons()
         self.show_error("Generation failed", message)
 
+    def _on_too_long(self, request_id: int, info: dict) -> None:
+        """The chat plus its answer budget does not fit the target's context: nothing was
+        computed. Offer to leave the oldest turns out of the prompt (they stay in the chat and in
+        history); when even the last message does not fit, say what to shorten."""
+        if not self._is_current(request_id):
+            return
+        self.active = None
+        self.chat_view.remove_last()  # the empty answer bubble: no answer was started
+        self.status_label.setText("The chat does not fit the target's context")
+        self._update_buttons()
+        n, budget, context = info["prompt_tokens"], info["max_new_tokens"], info["context"]
+        drop = info.get("drop")
+        text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
+                f"context holds {context} tokens.")
+        box = QMessageBox(QMessageBox.Icon.Warning, "The chat does not fit the context", text,
+                          QMessageBox.StandardButton.NoButton, self)
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.drop_button = None
+        if drop is None:
+            box.setInformativeText("Even your last message with that answer budget does not fit: shorten it, or "
+                                   "lower Max new tokens, then press Regenerate. Nothing was deleted.")
+            box.addButton(QMessageBox.StandardButton.Ok)
+        else:
+            box.setInformativeText(f"Leave out the oldest {drop} message(s) of this conversation and send again? "
+                                   "They stay in the chat and in its history; only the model stops seeing them.")
+            box.drop_button = box.addButton("Drop oldest turns", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+
+            def clicked(button, drop=drop):
+                if button is box.drop_button and self.active is None:
+                    self.dropped_messages = drop
+                    self._start_generation(seed_offset=self._regenerations)  # the same request again
+
+            box.buttonClicked.connect(clicked)
+        box.open()
+        self.context_dialog = box
+
     def stop(self) -> None:
         """Esc: cancel the running generation. What streamed so far is kept and saved as a
         stopped message; anything the worker still sends for it is dropped."""
         if self.active is None:
             return
         self.worker.stop(self.active.request.request_id)
-        stats = self.active.live.to_dict()
+        # the engine's running stats of the last batch shown: they count exactly the tokens
+        # that are kept (the worker forwards nothing once stopped)
+        stats = dict(self.active.stats) or {"new_tokens": 0}
         stats["stop_reason"] = "cancelled"
         self._complete(stats)
 
@@ -523,7 +562,7 @@ class MainWindow(QMainWindow):
         w.text = content
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
-        self.side_panel.show_final(stats, a.live)
+        self.side_panel.show_stats(stats, req.draft_tokens, a.series)
         show_server_figures(self.side_panel, stats)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
@@ -585,6 +624,7 @@ class MainWindow(QMainWindow):
             self.worker.stop(self.active.request.request_id)
             self.active = None
         self.race_view.shutdown()
+        self._close_models_dialog()
         ended = stop_worker(self.worker, self.thread, 5000)
         self.history.close()
         return ended
@@ -593,21 +633,3 @@ class MainWindow(QMainWindow):
         self.shutdown_ok = self.shutdown()
         super().closeEvent(e)
 
-
-def meta_line(stats: dict) -> str:
-    if not stats:
-        return ""
-    mode = stats.get("mode", "")
-    bits = [mode]
-    if mode == "speculative" and stats.get("proposer"):
-        bits.append(stats["proposer"])
-    if stats.get("tokens_per_second"):
-        bits.append(f"{stats['tokens_per_second']:.1f} tok/s")
-    if mode == "speculative":
-        bits.append(f"α {stats.get('acceptance_rate', 0.0):.2f}")
-        bits.append(f"τ {stats.get('mean_accepted_per_step', 0.0):.2f}")
-    if stats.get("stop_reason") == "cancelled":
-        bits.append("stopped")
-    elif stats.get("stop_reason") == "error":
-        bits.append("cut off")
-    return " · ".join(b for b in bits if b)

@@ -34,10 +34,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from . import figures
 from .chat_view import Legend, MessageWidget
 from .race_worker import RaceRequest, start_race_worker
 from .theme import Theme, assets_dir
+from .worker import DEFAULT_DRAFT_TOKENS
 
+EMPTY_LANE_HINT = {
+    "standard": "Pick a preset above (or write a prompt) and press Start race: the target alone "
+                "answers here, one token per step.",
+    "speculative": "…and here the same target answers with a draft proposing tokens, coloured by "
+                   "where each token came from.",
+}
 CLOCK_NOTE = ("Times are each lane's own compute time: the two lanes take turns, step by step, on one "
               "device, and each clock advances only while its own lane computes (warm-up excluded).")
 PROPOSER_LABELS = {"draft": "draft model", "prompt-lookup": "prompt lookup"}
@@ -77,13 +85,19 @@ class LaneWidget(QFrame):
         self.clock_label = QLabel("0.00 s")
         self.clock_label.setObjectName("Metric")
         self.clock_label.setToolTip("this lane's own compute time")
-        self.rate_label = QLabel("— tok/s")
+        self.rate_label = QLabel(f"— {figures.END_TO_END_RATE}")
         self.rate_label.setObjectName("Metric")
+        self.rate_label.setToolTip(f"{figures.END_TO_END_RATE_TIP}, by this lane's own clock")
+        self.decode_label = QLabel("")
+        self.decode_label.setObjectName("Muted")
+        self.decode_label.setToolTip(f"{figures.DECODE_RATE_TIP}, by this lane's own clock")
         self.count_label = QLabel("0 tokens")
         self.count_label.setObjectName("Muted")
         figs.addWidget(self.clock_label)
         figs.addSpacing(16)
         figs.addWidget(self.rate_label)
+        figs.addSpacing(8)
+        figs.addWidget(self.decode_label)
         figs.addStretch(1)
         figs.addWidget(self.count_label)
         lay.addLayout(figs)
@@ -107,6 +121,8 @@ class LaneWidget(QFrame):
         lay.addWidget(self.scroll, 1)
         self.events: list = []
         self.clock = 0.0
+        self.stats: dict = {}  # the engine's Stats of this lane, timed by its own clock
+        self.message.empty_hint = EMPTY_LANE_HINT[lane]
         self.reset("Standard decoding" if lane == "standard" else "Speculative decoding", 1)
 
     @property
@@ -115,13 +131,15 @@ class LaneWidget(QFrame):
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.clock if self.clock > 0 else 0.0
+        """End-to-end tok/s by the lane's own clock, as the engine's Stats give it."""
+        return float(self.stats.get("tokens_per_second") or 0.0)
 
     def reset(self, title: str, max_new_tokens: int) -> None:
         self.title.setText(title)
         self.badge.setText("")
         self.events = []
         self.clock = 0.0
+        self.stats = {}
         self.bar.setRange(0, max(1, max_new_tokens))
         self.bar.setValue(0)
         self.message.tokens = []
@@ -134,10 +152,12 @@ class LaneWidget(QFrame):
     def begin(self) -> None:
         self.message.set_streaming(True)
 
-    def add(self, race_events: list) -> None:
+    def add(self, race_events: list, stats: dict | None = None) -> None:
         evs = [r.event for r in race_events]
         self.events.extend(evs)
         self.clock = race_events[-1].clock
+        if stats:
+            self.stats = dict(stats)
         self.message.append_events(evs)
         self.bar.setValue(min(self.bar.maximum(), self.tokens))
         self._show_figures()
@@ -145,13 +165,17 @@ class LaneWidget(QFrame):
     def finish(self, lane: dict | None, note: str = "") -> None:
         if lane and lane.get("seconds"):
             self.clock = float(lane["seconds"])
+        if lane and lane.get("stats"):
+            self.stats = dict(lane["stats"])
         self.message.set_streaming(False)
         self._show_figures()
         self.message.set_meta(note)
 
     def _show_figures(self) -> None:
         self.clock_label.setText(f"{self.clock:.2f} s")
-        self.rate_label.setText(f"{self.tokens_per_second:.1f} tok/s" if self.clock > 0 else "— tok/s")
+        self.rate_label.setText(f"{figures.rate(self.tokens_per_second)} {figures.END_TO_END_RATE}")
+        decode = self.stats.get("decode_tokens_per_second")
+        self.decode_label.setText(f"{figures.rate(decode)} {figures.DECODE_RATE}" if decode else "")
         self.count_label.setText(f"{self.tokens} token{'s' if self.tokens != 1 else ''}")
 
     def set_colours(self, on: bool) -> None:
@@ -159,44 +183,29 @@ class LaneWidget(QFrame):
 
 
 def summary_html(result: dict) -> str:
-    """The end-of-race summary from RaceResult.to_dict() (plain dict; no engine types)."""
+    """The end-of-race summary from RaceResult.to_dict() (plain dict; no engine types): the
+    speed line, the engine's figures, and the race's one verdict sentence (the CLI's too)."""
     if result.get("cancelled"):
         return "<b>Race stopped.</b> The lanes show what each produced until then."
     std, spec = result["standard"], result["speculative"]
     speedup = result.get("speedup", 0.0)
-    settings = result.get("settings", {})
-    greedy = settings.get("temperature", 0.0) == 0
     prop = PROPOSER_LABELS.get(result.get("proposer", ""), result.get("proposer", ""))
     if speedup >= 1:
         head = f"<b>Speculative ({html.escape(prop)}) is {speedup:.2f}× faster</b>"
     else:
         head = f"<b>Speculative ({html.escape(prop)}) is slower here: {speedup:.2f}×</b>"
+    spec_stats = spec.get("stats", {})
     lines = [
-        head + f" — standard {std['seconds']:.2f} s, {std['tokens_per_second']:.1f} tok/s · speculative "
-        f"{spec['seconds']:.2f} s, {spec['tokens_per_second']:.1f} tok/s (own clocks).",
-        f"Acceptance rate α {result.get('acceptance_rate', 0.0):.0%} · mean accepted per verification "
-        f"τ {result.get('mean_accepted_per_step', 0.0):.2f} tokens · "
-        f"{spec.get('stats', {}).get('target_forward_passes', '?')} target passes for {spec['new_tokens']} tokens "
+        head + f" — standard {std['seconds']:.2f} s, {std['tokens_per_second']:.1f} {figures.END_TO_END_RATE} · "
+        f"speculative {spec['seconds']:.2f} s, {spec['tokens_per_second']:.1f} {figures.END_TO_END_RATE} (own clocks).",
+        f"Acceptance rate α {figures.alpha(spec_stats)} · τ {figures.tau(spec_stats)} tokens per speculative step · "
+        f"plain steps {figures.share(spec_stats.get('plain_step_share'))} · "
+        f"{spec_stats.get('target_forward_passes', '?')} target passes for {spec['new_tokens']} tokens "
         f"(standard: {std.get('stats', {}).get('target_forward_passes', '?')}).",
     ]
-    if result.get("identical"):
-        lines.append("✓ <b>Texts identical</b>" + (" — at temperature 0 speculative decoding is exact." if greedy else
-                                                  " (both are samples of the same distribution; equal by chance)."))
-    elif not greedy:
-        lines.append("Texts differ, as expected at temperature &gt; 0: both lanes are samples of the same "
-                     "distribution (speculative sampling is exact), drawn with different random numbers.")
-    else:
-        d = result.get("divergence") or {}
-        m = d.get("margin")
-        ms = "unknown" if m is None else f"{m:.4g}"
-        if d.get("near_tie"):
-            lines.append(f"≠ <b>Texts differ from token {d.get('position')}</b>: the target's top-2 margin there is "
-                         f"{ms} logits — a near-tie that reduced precision can flip (verifying many tokens in one "
-                         "pass rounds differently from one at a time). Both continuations are the target's greedy "
-                         "choice up to rounding.")
-        else:
-            lines.append(f"≠ <b>Texts differ from token {d.get('position')}</b> (target top-2 margin {ms} logits). "
-                         "That is not a near-tie: at temperature 0 this should not happen — please report it.")
+    verdict = result.get("verdict", "")
+    mark = "✓ " if result.get("identical") else ("≠ " if verdict else "")
+    lines.append(mark + html.escape(verdict))
     return "<br>".join(lines)
 
 
@@ -217,6 +226,8 @@ class RaceView(QWidget):
         self.waiting = False
         self._next_id = 0
         self._build()
+        if self.presets:  # start from the first preset (a code answer): one click to a race
+            self.preset_box.setCurrentIndex(1)
         self._update_buttons()
 
     # -- layout ---------------------------------------------------------------------------
@@ -242,7 +253,7 @@ class RaceView(QWidget):
         for k in range(1, 9):
             self.k_box.addItem(str(k), k)
         self.k_box.addItem("adaptive", "adaptive")
-        self.k_box.setCurrentIndex(3)
+        self.k_box.setCurrentIndex(self.k_box.findData(DEFAULT_DRAFT_TOKENS))  # the chat's default
         row.addWidget(self.k_box)
         row.addWidget(QLabel("Max tokens"))
         self.max_tokens = QSpinBox()
@@ -408,14 +419,14 @@ class RaceView(QWidget):
         self.status.setText("Racing…")
         self.race_started.emit()
 
-    def _on_events(self, request_id: int, batch: list) -> None:
+    def _on_events(self, request_id: int, batch: list, stats: dict | None = None) -> None:
         if not self._is_current(request_id) or self.active.cancel.is_set():
             return
         by_lane: dict[str, list] = {}
         for rev in batch:
             by_lane.setdefault(rev.lane, []).append(rev)
         for name, revs in by_lane.items():
-            self.lanes[name].add(revs)
+            self.lanes[name].add(revs, (stats or {}).get(name))
 
     def _on_finished(self, request_id: int, result: dict) -> None:
         if not self._is_current(request_id):

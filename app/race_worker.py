@@ -6,7 +6,8 @@ Same rules as app/worker.py:
 - every request carries an id, echoed on each signal;
 - stop is cooperative: the GUI sets the request's threading.Event; the race stops calling its
   lanes at once and the decoders end within their current step;
-- events are batched: one `events` signal about every 30 ms, at a step's end.
+- events are batched: one `events` signal about every 30 ms, at a step's end, with each lane's
+  running Stats (timed by its own clock): the figures the lanes show.
 
 The engine comes from `engine_provider()`, called in the worker's thread at the start of each
 race. In the app the race worker lives in the chat worker's own thread and reads its engine:
@@ -26,7 +27,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from .worker import RequestTracker, _one_line, decode_settings, step_batches
+from .worker import DEFAULT_DRAFT_TOKENS, RequestTracker, _one_line, decode_settings, step_batches
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class RaceRequest:
     prompt: str
     system: str = ""
     proposer: str = "draft"  # "draft" | "prompt-lookup"
-    draft_tokens: int | str = 4
+    draft_tokens: int | str = DEFAULT_DRAFT_TOKENS
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_k: int = 0
@@ -52,7 +53,7 @@ class RaceRequest:
 
 class RaceWorker(QObject):
     started = Signal(int)  # request id: the race got the thread and its clocks start
-    events = Signal(int, object)  # request id, [RaceEvent(lane, event, clock), ...]
+    events = Signal(int, object, object)  # request id, [RaceEvent(lane, event, clock), ...], {lane: Stats dict}
     finished = Signal(int, object)  # request id, RaceResult.to_dict()
     failed = Signal(int, str)
 
@@ -90,7 +91,8 @@ class RaceWorker(QObject):
             race = start_race(engine, engine.encode_chat(req.messages()), settings, req.proposer, req.cancel)
             self.started.emit(req.request_id)
             for batch in step_batches(race, event_of=lambda rev: rev.event):
-                self.events.emit(req.request_id, batch)
+                stats = {lane: race.lane_stats(lane) for lane in {rev.lane for rev in batch}}
+                self.events.emit(req.request_id, batch, {k: v.to_dict() for k, v in stats.items() if v is not None})
             self.finished.emit(req.request_id, race.result.to_dict())
         except Exception as exc:
             traceback.print_exc()

@@ -121,10 +121,6 @@ def show_server_figures(panel, stats: dict) -> None:
     server = stats.get("server")
     if not server:
         return
-    if not stats.get("draft_tokens"):
-        panel.m_alpha.set("—")  # nothing reported, or nothing drafted: no α to show
-        if not stats.get("target_forward_passes"):
-            panel.m_tau.set("—")
     bits = [f"{html.escape(server.get('engine', '?'))} server"]
     if server.get("tokens_per_second"):
         bits.append(f"{server['tokens_per_second']:.1f} tok/s by its own clock")

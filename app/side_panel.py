@@ -1,7 +1,12 @@
 """The side panel: live metrics of the message, the standard/speculative toggle, decoding and
-sampling settings, and the loaded models. Reads settings, shows numbers; never runs anything."""
+sampling settings, and the loaded models. Reads settings, shows numbers; never runs anything.
+
+Every number it shows is a field of the engine's Stats (running while a message streams, final
+when it ends), written by app/figures.py; it computes none itself."""
 
 from __future__ import annotations
+
+import html
 
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
@@ -21,7 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from . import figures
 from .theme import Theme
+from .worker import DEFAULT_DRAFT_TOKENS
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -42,7 +49,8 @@ class SpeedChart(QWidget):
         self.theme = theme
         self.points: list[tuple[float, float]] = []
         self.setMinimumHeight(90)
-        self.setToolTip("tokens/s over the current message (rate over the last few steps)")
+        self.setToolTip(f"{figures.DECODE_RATE} over the current message, as the engine reported it "
+                        "after each batch of steps")
 
     def set_points(self, points: list[tuple[float, float]]) -> None:
         self.points = list(points)
@@ -61,7 +69,7 @@ class SpeedChart(QWidget):
         p.setFont(font)
         if len(self.points) < 2:
             p.setPen(muted)
-            p.drawText(r, Qt.AlignmentFlag.AlignCenter, "tokens/s appear here")
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, f"{figures.DECODE_RATE} appear here")
             return
         t0 = self.points[0][0]
         t1 = max(self.points[-1][0], t0 + 1e-6)
@@ -137,10 +145,10 @@ class Metric(QWidget):
         lay.setSpacing(0)
         self.value = QLabel("—")
         self.value.setObjectName("Metric")
-        cap = QLabel(caption)
-        cap.setObjectName("MetricCaption")
+        self.caption = QLabel(caption)
+        self.caption.setObjectName("MetricCaption")
         lay.addWidget(self.value)
-        lay.addWidget(cap)
+        lay.addWidget(self.caption)
         self.setToolTip(tooltip)
 
     def set(self, text: str) -> None:
@@ -166,22 +174,23 @@ class SidePanel(QScrollArea):
         live = QGroupBox("This message")
         grid = QGridLayout(live)
         grid.setHorizontalSpacing(12)
-        self.m_speed = Metric("tokens/s", "decoding speed of this message (after the first token)")
-        self.m_alpha = Metric("acceptance α", "accepted / proposed draft tokens")
-        self.m_tau = Metric("tokens / step τ", "mean tokens emitted per target verification")
-        self.m_k = Metric("draft length k", "draft length of the latest step")
-        grid.addWidget(self.m_speed, 0, 0)
-        grid.addWidget(self.m_alpha, 0, 1)
-        grid.addWidget(self.m_tau, 1, 0)
-        grid.addWidget(self.m_k, 1, 1)
+        self.m_speed = Metric(figures.DECODE_RATE, figures.DECODE_RATE_TIP)
+        self.m_e2e = Metric(figures.END_TO_END_RATE, figures.END_TO_END_RATE_TIP)
+        self.m_alpha = Metric("acceptance α", figures.ALPHA_TIP)
+        self.m_tau = Metric("tokens / step τ", figures.TAU_TIP)
+        self.m_plain = Metric("plain steps", figures.PLAIN_TIP)
+        self.m_k = Metric("draft length k", "draft length of the latest step (0: a plain step)")
+        self.metrics = (self.m_speed, self.m_e2e, self.m_alpha, self.m_tau, self.m_plain, self.m_k)
+        for i, m in enumerate(self.metrics):
+            grid.addWidget(m, i // 2, i % 2)
         self.chart = SpeedChart(theme)
-        grid.addWidget(self.chart, 2, 0, 1, 2)
+        grid.addWidget(self.chart, 3, 0, 1, 2)
         self.bars = PositionBars(theme)
-        grid.addWidget(self.bars, 3, 0, 1, 2)
+        grid.addWidget(self.bars, 4, 0, 1, 2)
         self.summary = QLabel("")
         self.summary.setObjectName("Muted")
         self.summary.setWordWrap(True)
-        grid.addWidget(self.summary, 4, 0, 1, 2)
+        grid.addWidget(self.summary, 5, 0, 1, 2)
         col.addWidget(live)
 
         # -- decoding ----------------------------------------------------------------
@@ -207,7 +216,7 @@ class SidePanel(QScrollArea):
         self.adaptive.setToolTip("let the controller choose k from measured acceptance and cost")
         self.adaptive.toggled.connect(lambda on: self.k_spin.setEnabled(not on))
         # on by default: measured faster than any fixed k on the built-in prompts (speed notes 16)
-        self.adaptive.setChecked(True)
+        self.adaptive.setChecked(DEFAULT_DRAFT_TOKENS == "adaptive")
         krow.addWidget(self.k_spin)
         krow.addWidget(self.adaptive)
         form.addRow("Draft length", krow)
@@ -302,60 +311,38 @@ class SidePanel(QScrollArea):
 
     # -- metrics --------------------------------------------------------------------------
     def reset_metrics(self, mode: str) -> None:
-        for m in (self.m_speed, self.m_alpha, self.m_tau, self.m_k):
+        for m in self.metrics:
             m.set("—")
         self.chart.set_points([])
         self.bars.set_values([])
         self.summary.setText("generating…" if mode else "")
 
-    def show_live(self, live, mode: str, draft_setting) -> None:
-        self.m_speed.set(f"{live.tokens_per_second:.1f}")
-        self.chart.set_points(live.rate_series)
-        if mode == "speculative":
-            self.m_alpha.set(f"{live.acceptance_rate:.2f}")
-            self.m_tau.set(f"{live.mean_accepted_per_step:.2f}")
-            k = live.current_draft_length
-            label = "—" if k is None else str(k)
-            self.m_k.set(label + (" (adaptive)" if draft_setting == "adaptive" else ""))
-            self.bars.set_values(live.per_position_acceptance)
-        else:
-            self.m_alpha.set("—")
-            self.m_tau.set("1.00")
-            self.m_k.set("—")
-            self.bars.set_values([])
-        self.summary.setText(f"{live.tokens} tokens · {live.last_t:.2f} s")
-
-    def show_final(self, stats: dict, live) -> None:
-        """The engine's exact figures for a finished message (or the live ones when stopped)."""
-        mode = stats.get("mode", "standard")
-        tps = stats.get("tokens_per_second", live.tokens_per_second if live else 0.0)
-        self.m_speed.set(f"{tps:.1f}")
-        if live is not None:
-            self.chart.set_points(live.rate_series)
-        if mode == "speculative":
-            self.m_alpha.set(f"{stats.get('acceptance_rate', 0.0):.2f}")
-            self.m_tau.set(f"{stats.get('mean_accepted_per_step', 0.0):.2f}")
-            lengths = stats.get("draft_lengths") or []
-            self.m_k.set(str(lengths[-1]) if lengths else "—")
-            self.bars.set_values(stats.get("per_position_acceptance") or [])
-        else:
-            self.m_alpha.set("—")
-            self.m_tau.set(f"{stats.get('mean_accepted_per_step', 1.0):.2f}")
-            self.m_k.set("—")
-            self.bars.set_values([])
-        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped",
-                  "error": "cut off"}.get(
-            stats.get("stop_reason", ""), stats.get("stop_reason", "")
-        )
+    def show_stats(self, stats: dict, draft_setting=None, series: list[tuple[float, float]] | None = None) -> None:
+        """The engine's Stats of the message (running or final, same meanings): both rates
+        labelled, α and τ over the speculative steps, the plain-step share beside them."""
+        self.m_speed.set(figures.rate(stats.get("decode_tokens_per_second")))
+        self.m_e2e.set(figures.rate(stats.get("tokens_per_second")))
+        self.m_alpha.set(figures.alpha(stats))
+        self.m_tau.set(figures.tau(stats))
+        self.m_plain.set(figures.share(stats.get("plain_step_share")) if stats.get("target_forward_passes") else "—")
+        self.m_k.set(figures.draft_length(stats))
+        self.m_k.caption.setText("draft length k" + (" (adaptive)" if draft_setting == "adaptive" else ""))
+        self.bars.set_values(stats.get("per_position_acceptance") or [] if figures.speculative(stats) else [])
+        if series is not None:
+            self.chart.set_points(series)
         bits = [f"{stats.get('new_tokens', 0)} tokens", f"{stats.get('seconds', 0.0):.2f} s"]
         if stats.get("prefill_seconds"):
             bits.append(f"first token {stats['prefill_seconds'] * 1000:.0f} ms")
+        if stats.get("target_forward_passes"):
+            bits.append(f"{stats['target_forward_passes']} steps, {stats.get('plain_steps', 0)} plain")
         if stats.get("reused_prompt_tokens"):
             bits.append(f"{stats['reused_prompt_tokens']} prompt tokens reused from the last turn")
-        if mode == "speculative" and stats.get("proposer"):
+        if figures.speculative(stats) and stats.get("proposer"):
             bits.append(f"proposer {stats['proposer']}")
-        if reason:
-            bits.append(reason)
+        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped",
+                  "error": "cut off"}.get(
+            stats.get("stop_reason", ""), stats.get("stop_reason", ""))
+        bits.append(reason or "generating…")
         self.summary.setText(" · ".join(bits))
 
 
@@ -363,12 +350,17 @@ def _model_html(role: str, info: dict | None) -> str:
     if not info:
         return f"<b>{role}</b>: —"
     quant = info.get("quantization") or "none"
+    # bitsandbytes weights: name the scheme; the dtype is then only what it computes in
+    bnb = {"nf4": "NF4 4-bit (bitsandbytes)", "int8": "int8 (bitsandbytes)"}.get(quant)
     bits = [
         f"<b>{role}</b>: {info.get('name') or '?'}",
-        f"{info.get('dtype') or '?'} · quantization {quant} · {info.get('device') or '?'}",
+        (f"{bnb} · {info.get('dtype') or '?'} compute" if bnb else
+         f"{info.get('dtype') or '?'} · quantization {quant}") + f" · {info.get('device') or '?'}",
         f"memory {human_bytes(info.get('memory_bytes'))}"
         + (f" · loaded in {info['load_seconds']:.1f} s" if info.get("load_seconds") else ""),
     ]
     if info.get("kernels"):
-        bits.append(f"kernels {info['kernels']}")
+        bits.append(f"kernels {html.escape(info['kernels'])}")
+    # the load notes: which kernels, what was requantized, why a fallback happened
+    bits += [f"• {html.escape(n)}" for n in info.get("notes") or []]
     return "<br>".join(bits)

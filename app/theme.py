@@ -1,9 +1,8 @@
-"""Colours, stylesheet and icon from assets/ (light and dark)."""
+"""Colours, stylesheet and icon from app/assets/ (light and dark)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -12,24 +11,22 @@ from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 KINDS = ("accepted", "corrected", "bonus", "standard", "server")
-KIND_LABELS = {
-    "accepted": "accepted — draft token the target kept",
-    "corrected": "corrected — target's token after a rejection",
-    "bonus": "bonus — target's extra token when all were accepted",
-    "standard": "standard — target alone (standard mode)",
-    "server": "server — a server target's token whose origin the server does not report",
+# what each kind means, in the words of the hover text (DESIGN.md, "Words")
+KIND_HINTS = {
+    "accepted": "a draft token the target kept",
+    "corrected": "the target's token after it rejected a draft token",
+    "bonus": "the target's extra token after it kept all of the step's k ≥ 1 draft tokens",
+    "standard": "the target decided it alone (standard mode, the first token, or a plain step "
+                "that proposed nothing)",
+    "server": "a server target's token whose origin the server does not report",
 }
+KIND_LABELS = {kind: f"{kind} — {hint}" for kind, hint in KIND_HINTS.items()}
 
 
 def assets_dir() -> Path:
-    """assets/ next to the app package, or inside a PyInstaller bundle."""
-    base = getattr(sys, "_MEIPASS", None)
-    candidates = [Path(base) / "assets"] if base else []
-    candidates.append(Path(__file__).resolve().parent.parent / "assets")
-    for c in candidates:
-        if c.is_dir():
-            return c
-    return candidates[-1]
+    """app/assets/, inside the package: the same place in a source tree, an installed wheel
+    (package data) and a PyInstaller bundle (the spec ships them to app/assets)."""
+    return Path(__file__).resolve().parent / "assets"
 
 
 @lru_cache(maxsize=1)

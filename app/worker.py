@@ -8,7 +8,9 @@ Rules (see DESIGN.md):
   from a request it no longer waits for (a stopped generation never lands in a newer message);
 - stop is cooperative: the GUI sets the request's threading.Event directly (thread-safe); the
   decoder checks it between steps and the worker stops forwarding tokens at once;
-- tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token.
+- tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token,
+  each carrying the engine's running Stats for exactly the tokens sent so far: the GUI shows
+  those numbers and saves them with a stopped message; it never recomputes them from events.
 
 `start_worker()` is the one function that wires a Worker to its QThread.
 """
@@ -25,6 +27,9 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 BATCH_SECONDS = 0.030
+# the app's draft length unless the user picks one: the adaptive controller (measured faster
+# than any fixed k on the built-in prompts, docs/speed-notes.md item 16); chat and race share it
+DEFAULT_DRAFT_TOKENS = "adaptive"
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,13 @@ class GenerateRequest:
     messages: list[dict[str, str]]
     mode: str = "speculative"  # "speculative" | "standard"
     proposer: str = "draft"  # "draft" | "prompt-lookup"
-    draft_tokens: int | str = 4  # k, or "adaptive"
+    draft_tokens: int | str = DEFAULT_DRAFT_TOKENS  # k, or "adaptive"
     max_new_tokens: int = 256
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    drop_oldest: int = 0  # conversation messages left out of the prompt (the chat keeps them)
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
@@ -129,7 +135,9 @@ def _info_dict(loaded: Any) -> dict | None:
         return None
     info = getattr(loaded, "info", None)
     keys = ("name", "source", "dtype", "quantization", "device", "memory_bytes", "load_seconds", "kernels")
-    return {k: getattr(info, k, None) for k in keys}
+    d = {k: getattr(info, k, None) for k in keys}
+    d["notes"] = [str(n) for n in (getattr(info, "notes", None) or [])]  # what ran where, and why
+    return d
 
 
 def _stats_dict(stats: Any) -> dict:
@@ -149,9 +157,13 @@ class Worker(QObject):
     load_failed = Signal(str)  # one line for a dialog
     # generation; every signal carries the request id first
     started = Signal(int)
-    tokens = Signal(int, object)  # request id, [TokenEvent, ...]
+    tokens = Signal(int, object, object)  # request id, [TokenEvent, ...], running Stats.to_dict()
     finished = Signal(int, object)  # request id, Stats.to_dict() (+ "text")
     failed = Signal(int, str)  # request id, message
+    # request id, {"prompt_tokens", "max_new_tokens", "context", "drop"}: the chat plus its answer
+    # budget does not fit the target's context; "drop" = the fewest oldest messages to leave out
+    # (counting those already left out), None when even the last turn alone does not fit
+    too_long = Signal(int, object)
 
     # internal: queued hops from the GUI thread into the worker thread
     _load_requested = Signal(object)
@@ -181,6 +193,13 @@ class Worker(QObject):
         def progress(message: str, fraction: float | None = None) -> None:
             self.progress.emit(str(message), -1.0 if fraction is None else float(fraction))
 
+        # the models loaded now go first: a model switch must not hold both pairs in memory
+        # (the Models dialog counts their bytes as free when it checks the new pair)
+        if self.engine is not None:
+            import gc
+
+            self.engine = None
+            gc.collect()
         try:
             progress("Preparing models…", 0.0)
             from specdec_core.server import is_server_spec  # light: no torch
@@ -208,6 +227,9 @@ class Worker(QObject):
                     quantization=request.quantization,
                     progress=progress,
                 )
+                from specdec_core.models import last_load
+
+                last_load.save(engine.target, engine.draft)  # `specdec models` shows its notes
         except Exception as exc:  # ModelError and anything else: one line for the dialog
             self.load_failed.emit(_one_line(exc))
             return
@@ -229,14 +251,20 @@ class Worker(QObject):
         self._requests.begin(req)
         gen = None
         try:
-            self.started.emit(req.request_id)
             settings = decode_settings(req)  # imports the engine lazily, in this thread
-            prompt = self.engine.encode_chat(req.messages)
+            from specdec_core.context import drop_oldest
+
+            messages = drop_oldest(req.messages, req.drop_oldest)
+            prompt = self.engine.encode_chat(messages)
+            if not self._fits(req, messages, len(prompt)):
+                return
+            self.started.emit(req.request_id)
             # a chat's next turn starts with the conversation so far: keep its cached prefix
             gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel,
                                        reuse_cache=True)
             for batch in step_batches(gen, cancel=req.cancel):
-                self.tokens.emit(req.request_id, batch)
+                # batches end at a step's end, where the running stats count exactly these tokens
+                self.tokens.emit(req.request_id, batch, _stats_dict(gen.snapshot()))
             stats = _stats_dict(gen.stats)
             if req.cancel.is_set():
                 stats["stop_reason"] = "cancelled"
@@ -257,6 +285,19 @@ class Worker(QObject):
                 self.failed.emit(req.request_id, _one_line(exc))
         finally:
             self._requests.end()
+
+    def _fits(self, req: GenerateRequest, messages: list, prompt_tokens: int) -> bool:
+        """Whether the prompt plus the answer budget fit the target's context; when not, say
+        at once (before any computing) how many oldest messages would have to go."""
+        context = getattr(self.engine, "context_length", None)
+        if context is None or prompt_tokens + req.max_new_tokens <= context:
+            return True
+        from specdec_core.context import messages_to_drop
+
+        n = messages_to_drop(messages, lambda m: len(self.engine.encode_chat(m)), req.max_new_tokens, context)
+        self.too_long.emit(req.request_id, {"prompt_tokens": prompt_tokens, "max_new_tokens": req.max_new_tokens,
+                                            "context": context, "drop": None if n is None else req.drop_oldest + n})
+        return False
 
 
 def _one_line(exc: BaseException) -> str:

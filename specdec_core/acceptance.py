@@ -6,7 +6,9 @@ k+1 positions of one verification pass,
 
   1. accept x_i while u_i < p_target_i(x_i) / q_draft_i(x_i)     (probability min(1, p/q));
   2. at the first rejection, sample from norm(max(0, p_target_i - q_draft_i))   -> "corrected";
-  3. if all k were accepted, sample one more token from p_target_{k+1}          -> "bonus".
+  3. if all k >= 1 were accepted, sample one more token from p_target_{k+1}     -> "bonus".
+     With k = 0 (nothing proposed) the step is a plain target step and its token is
+     "standard": the draft earned nothing there, and the colours must never say it did.
 
 Every emitted token is then distributed exactly as the target's own (warped) next-token
 distribution. Greedy decoding is the limit of one-hot distributions: accept while the draft
@@ -37,7 +39,8 @@ from .sampling import sample_from
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """n_accepted draft tokens kept, then one target token of kind CORRECTED or BONUS."""
+    """n_accepted draft tokens kept, then one target token: CORRECTED after a rejection, BONUS
+    after all k >= 1 proposals were kept, STANDARD when nothing was proposed (k = 0)."""
 
     n_accepted: int
     next_token: int
@@ -52,7 +55,14 @@ def greedy_verify(draft_tokens: list[int], target_argmax: list[int]) -> Verdict:
     n = 0
     while n < k and draft_tokens[n] == target_argmax[n]:
         n += 1
-    return Verdict(n, target_argmax[n], TokenKind.BONUS if n == k else TokenKind.CORRECTED)
+    return Verdict(n, target_argmax[n], step_token_kind(k, n))
+
+
+def step_token_kind(k: int, n_accepted: int) -> TokenKind:
+    """The kind of a step's one target token, from how many of its k proposals were kept."""
+    if n_accepted < k:
+        return TokenKind.CORRECTED
+    return TokenKind.BONUS if k >= 1 else TokenKind.STANDARD
 
 
 def accept_mask(
@@ -102,8 +112,8 @@ def speculative_verify(
     ok = accept_mask(draft_tokens, q_draft, p_target, u_accept)
     rejected_at = torch.nonzero(~ok)
     if rejected_at.numel() == 0:
-        return Verdict(k, sample_from(p_target[k], u_next), TokenKind.BONUS)
+        return Verdict(k, sample_from(p_target[k], u_next), step_token_kind(k, k))
     n = int(rejected_at[0])
     q_row = None if q_draft is None else q_draft[n]
     r = residual(p_target[n], q_row, int(draft_tokens[n]))
-    return Verdict(n, sample_from(r, u_next), TokenKind.CORRECTED)
+    return Verdict(n, sample_from(r, u_next), step_token_kind(k, n))

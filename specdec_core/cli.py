@@ -224,7 +224,7 @@ def load_engine(args, need_draft: bool):
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 
-    return Engine.load(
+    engine = Engine.load(
         args.target,
         args.draft if need_draft else None,
         device=args.device,
@@ -233,6 +233,19 @@ def load_engine(args, need_draft: bool):
         progress=progress_printer() if sys.stderr.isatty() else None,
         trust_remote_code=args.trust_remote_code,
     )
+    from .models import last_load
+
+    last_load.save(engine.target, engine.draft)  # what `specdec models` shows as the last load
+    return engine
+
+
+def print_loaded(engine) -> None:
+    """What was loaded, on stderr: one line per model, then its load notes (kernels, fallbacks)."""
+    for role, lm in (("target", engine.target), ("draft", engine.draft)):
+        if lm is not None:
+            print(f"{role}: {lm.info.summary()}", file=sys.stderr)
+            for note in getattr(lm.info, "notes", None) or []:
+                print(f"  - {note}", file=sys.stderr)
 
 
 KIND_COLOURS = {"accepted": "\x1b[32m", "corrected": "\x1b[33m", "bonus": "\x1b[36m", "standard": "",
@@ -247,9 +260,12 @@ def run_generate(args) -> int:
     settings_from_args(args, 0)  # validate sampling settings before loading anything
     need_draft = args.mode == "speculative" and args.proposer == "draft"
     engine = load_engine(args, need_draft)
-    for role, lm in (("target", engine.target), ("draft", engine.draft)):
-        if lm is not None:
-            print(f"{role}: {lm.info.summary()}", file=sys.stderr)
+    print_loaded(engine)  # the notes include bitsandbytes' "slow on CPU" where it applies
+    from .models import recent
+
+    for role, spec, lm in (("target", args.target, engine.target), ("draft", args.draft, engine.draft)):
+        if lm is not None and not getattr(engine, "is_server", False):  # a server holds no local model
+            recent.remember(spec, role, vars(lm.info))  # `specdec models` shows what it loaded as
     if args.prompt_ids is not None:
         model = engine.target.model  # None for a server target: the server checks its own vocabulary
         vocab = model.config.get_text_config().vocab_size if model is not None else float("inf")
@@ -278,16 +294,25 @@ def run_generate(args) -> int:
         else:
             s = gen.stats
             sys.stdout.write("\n")
-            line = f"[{s.mode}] {s.new_tokens} tokens in {s.seconds:.2f}s ({s.tokens_per_second:.1f} tok/s)"
-            if s.mode == "speculative":
-                line += (f", acceptance {s.acceptance_rate:.0%}, {s.mean_accepted_per_step:.2f} tokens/verification,"
-                         f" {s.target_forward_passes} target passes")
-            print(line + f", stop: {s.stop_reason}", file=sys.stderr)
+            print(stats_line(s), file=sys.stderr)
             from .cli_server import server_line
 
             if server_line(s):
                 print(server_line(s), file=sys.stderr)
     return 0
+
+
+def stats_line(s) -> str:
+    """One line of a generation's Stats for the terminal, every figure labelled."""
+    line = (f"[{s.mode}] {s.new_tokens} tokens in {s.seconds:.2f}s ({s.decode_tokens_per_second:.1f} tok/s decode, "
+            f"{s.tokens_per_second:.1f} tok/s end-to-end)")
+    if s.mode == "speculative":
+        # no proposal at all (every step plain): no alpha or tau to show, rather than zeros
+        alpha = f"{s.acceptance_rate:.0%}" if s.draft_tokens else "-"
+        tau = f"{s.mean_accepted_per_step:.2f}" if s.speculative_steps else "-"
+        line += (f", acceptance {alpha}, {tau} tokens per speculative step,"
+                 f" {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes")
+    return line + f", stop: {s.stop_reason}"
 
 
 def _keep_cut_answer(gen, as_json: bool) -> None:

@@ -15,6 +15,7 @@ One step (speculative):
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -46,6 +47,31 @@ class DecodeSettings:
                 raise SettingsError(f"draft length must be an integer >= 1 or 'adaptive', got {self.draft_tokens!r}")
 
 
+class ContextError(SettingsError):
+    """A prompt and its answer budget do not fit the target's context window. Raised before any
+    computing: a 40,000-token prompt for a 32,768-token model is refused at once."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, context: int):
+        self.prompt_tokens, self.max_new_tokens, self.context = prompt_tokens, max_new_tokens, context
+        if prompt_tokens >= context:
+            msg = (f"the prompt is {prompt_tokens} tokens but the target's context holds {context} "
+                   f"(the prompt plus the answer): shorten it to under {context} tokens")
+        else:
+            msg = (f"the prompt ({prompt_tokens} tokens) plus max-new-tokens ({max_new_tokens}) is "
+                   f"{prompt_tokens + max_new_tokens} tokens, more than the target's context of {context}: "
+                   f"lower max-new-tokens to {context - prompt_tokens} or shorten the prompt")
+        super().__init__(msg)
+
+
+def context_length(model) -> int | None:
+    """The most positions the model was built for (config.max_position_embeddings), or None."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    n = getattr(config, "max_position_embeddings", None)
+    return n if isinstance(n, int) and n > 0 else None
+
+
 def sample_seed(seed: int, index: int) -> int:
     """Seed of sample `index` of a run seeded with `seed`: depends on those two only, so the
     first m samples are the same whatever the number of samples asked for."""
@@ -53,11 +79,15 @@ def sample_seed(seed: int, index: int) -> int:
 
 
 class Generation(EventSequence):
-    """Iterate for TokenEvents; afterwards `stats`, `token_ids`, `text` hold the result."""
+    """Iterate for TokenEvents; afterwards `stats`, `token_ids`, `text` hold the result.
 
-    def __init__(self, gen: Iterator[TokenEvent], detok: IncrementalDetokenizer):
+    While it runs, `snapshot()` is the engine's running Stats for the tokens handed out so far
+    (exact at a step's end, where front ends cut their batches): the one source of live figures."""
+
+    def __init__(self, gen: Iterator[TokenEvent], detok: IncrementalDetokenizer, running: Stats):
         self._gen = gen
         self._detok = detok
+        self._running = running
         self.events: list[TokenEvent] = []
         self.stats: Stats | None = None
 
@@ -66,10 +96,19 @@ class Generation(EventSequence):
             try:
                 ev = next(self._gen)
             except StopIteration as stop:
-                self.stats = stop.value
+                if stop.value is not None:  # an exhausted generator, iterated again, returns None
+                    self.stats = stop.value
                 return
             self.events.append(ev)
             yield ev
+
+    def snapshot(self) -> Stats:
+        """A copy of the running stats (the final stats once done). Call from the thread that
+        iterates: the decoder updates them between the events it yields."""
+        s = self.stats if self.stats is not None else self._running
+        return dataclasses.replace(s, per_position_proposed=list(s.per_position_proposed),
+                                   per_position_accepted=list(s.per_position_accepted),
+                                   draft_lengths=list(s.draft_lengths))
 
     def run(self) -> Generation:
         for _ in self:
@@ -87,6 +126,7 @@ class Decoder:
     def __init__(self, target: torch.nn.Module, tokenizer=None, eos_token_ids: list[int] | None = None, lean=None):
         """lean: the target's lean forward where it has one (see CachedLM)."""
         self.target = CachedLM(target, lean=lean)
+        self.context_length = context_length(target)  # None: unknown, nothing is refused
         self.tokenizer = tokenizer
         if eos_token_ids is None:
             eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
@@ -106,16 +146,24 @@ class Decoder:
         default: a benchmark or a race must pay every prompt's prefill."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
+        self.check_fits(len(prompt_ids), settings.max_new_tokens)
         detok = IncrementalDetokenizer(self.tokenizer)
-        return Generation(self._loop(list(prompt_ids), settings, proposer, cancel, detok, reuse_cache), detok)
+        stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
+        loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache)
+        return Generation(loop, detok, stats)
 
-    def _loop(self, ids, settings, proposer, cancel, detok, reuse_cache=False) -> Iterator[TokenEvent]:
+    def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Raise ContextError when the prompt plus the answer budget exceed the target's context."""
+        n = self.context_length
+        if n is not None and prompt_tokens + max_new_tokens > n:
+            raise ContextError(prompt_tokens, max_new_tokens, n)
+
+    def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False) -> Iterator[TokenEvent]:
         params = settings.sampling
         rng = torch.Generator().manual_seed(settings.seed)
         policy = None
         if proposer is not None:
             policy = make_policy(settings.draft_tokens, getattr(proposer, "stops_on_confidence", False))
-        stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
         target = self.target
         if reuse_cache:
             stats.reused_prompt_tokens = target.keep_prefix(ids)
@@ -152,41 +200,16 @@ class Decoder:
             verdict, margins = self._decide(draft, proposal.q_draft, logits, params, rng)
             t_done = time.perf_counter()
             new = draft[: verdict.n_accepted] + [verdict.next_token]
-            if proposer is None:
-                kinds = [TokenKind.STANDARD]
-            else:
-                kinds = [TokenKind.ACCEPTED] * verdict.n_accepted + [verdict.next_kind]
+            # the verdict names the step's target token: corrected, bonus (all k >= 1 kept) or,
+            # when nothing was proposed, standard -- a plain step earns the draft nothing
+            kinds = [TokenKind.ACCEPTED] * verdict.n_accepted + [verdict.next_kind]
             # 4. EOS inside the draft: an accepted EOS ends the text; later tokens never count
             for i, tok in enumerate(new):
                 if tok in self.eos:
                     new, kinds = new[: i + 1], kinds[: i + 1]
                     break
-            if step == 0:
-                stats.prefill_seconds = t_done - t0
-            t = t_done - t0
-            for i, (tok, kind) in enumerate(zip(new, kinds)):
-                yield TokenEvent(
-                    tok,
-                    detok.push(tok),
-                    kind,
-                    step,
-                    None if proposer is None else i,
-                    t,
-                    None if margins is None else margins[i],
-                    k,
-                )
             ids.extend(new)
             emitted += len(new)
-            if proposer is not None and k > 0:
-                stats.draft_tokens += k
-                stats.accepted_draft_tokens += verdict.n_accepted
-                stats.draft_lengths.append(k)
-                _grow(stats.per_position_proposed, k)
-                _grow(stats.per_position_accepted, k)
-                for i in range(k):
-                    stats.per_position_proposed[i] += 1
-                for i in range(verdict.n_accepted):
-                    stats.per_position_accepted[i] += 1
             # 5. roll back both caches to the committed prefix (all but the newest token)
             target.rollback(len(ids) - 1)
             if proposer is not None:
@@ -196,16 +219,33 @@ class Decoder:
                 # cost of k); a step with nothing proposed measures a plain target step
                 if step > 1:
                     policy.observe(k, verdict.n_accepted, t_verify - t_draft, t_done - t_verify)
-            step += 1
+            # the running stats count this step before its tokens are handed out, so whoever
+            # reads them between steps sees figures for exactly the tokens it has
+            _count_step(stats, step, k, verdict.n_accepted, len(new), proposer is not None)
+            stats.new_tokens = emitted
+            stats.target_forward_passes = target.forward_passes
+            if step == 0:
+                stats.prefill_seconds = t_done - t0
+            stats.seconds = time.perf_counter() - t0
             if new[-1] in self.eos:
                 stats.stop_reason = "eos"
-                break
-            if emitted >= settings.max_new_tokens:
+            elif emitted >= settings.max_new_tokens:
                 stats.stop_reason = "max_new_tokens"
+            t = t_done - t0
+            for i, (tok, kind) in enumerate(zip(new, kinds)):
+                yield TokenEvent(
+                    tok,
+                    detok.push(tok),
+                    kind,
+                    step,
+                    None if kind is TokenKind.STANDARD else i,
+                    t,
+                    None if margins is None else margins[i],
+                    k,
+                )
+            step += 1
+            if stats.stop_reason:  # set above: the last step's stats are complete with its tokens
                 break
-        stats.seconds = time.perf_counter() - t0
-        stats.new_tokens = emitted
-        stats.target_forward_passes = target.forward_passes
         return stats
 
     @staticmethod
@@ -225,6 +265,25 @@ class Decoder:
         tokens = torch.tensor(draft, dtype=torch.long, device=p_target.device)
         q = None if q_draft is None else q_draft.to(p_target.device)
         return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None
+
+
+def _count_step(stats: Stats, step: int, k: int, n_accepted: int, emitted: int, speculative: bool) -> None:
+    """Add one verification step to the running stats (plain steps count only as passes)."""
+    if speculative and step > 0:
+        stats.last_draft_length = k
+    if k == 0:
+        return
+    stats.speculative_steps += 1
+    stats.speculative_step_tokens += emitted
+    stats.draft_tokens += k
+    stats.accepted_draft_tokens += n_accepted
+    stats.draft_lengths.append(k)
+    _grow(stats.per_position_proposed, k)
+    _grow(stats.per_position_accepted, k)
+    for i in range(k):
+        stats.per_position_proposed[i] += 1
+    for i in range(n_accepted):
+        stats.per_position_accepted[i] += 1
 
 
 def _grow(xs: list[int], n: int) -> None:

@@ -75,6 +75,11 @@ class Engine:
         """One user message through the chat template."""
         return self.encode_chat([{"role": "user", "content": text}])
 
+    @property
+    def context_length(self) -> int | None:
+        """The target's context window in tokens (None when its config does not say)."""
+        return self.decoder.context_length
+
     # -- decoding --------------------------------------------------------------------------
     def new_proposer(self, name: str) -> Proposer:
         """A fresh proposer with its own state (the race needs one the chat does not share)."""

@@ -10,13 +10,17 @@ from enum import Enum
 
 
 class TokenKind(str, Enum):
-    """Where an emitted token came from.
+    """Where an emitted token came from. The colours are the product: a kind must never credit
+    the draft with a token it did not earn.
 
-    STANDARD  -- standard decoding: the target sampled it alone.
+    STANDARD  -- the target decided it alone: standard decoding, and every plain step inside
+                 speculative mode (the prompt prefill that gives the first token, a step where
+                 the adaptive controller proposed nothing or prompt lookup found no match, the
+                 last step when the budget leaves no room for a proposal).
     ACCEPTED  -- a proposer's token that the target's acceptance test kept.
     CORRECTED -- sampled from the residual after a rejection (greedy: the target's argmax there).
-    BONUS     -- sampled from the target after every proposed token was accepted
-                 (also the target's own token when a proposer had nothing to offer).
+    BONUS     -- sampled from the target after all of the step's k >= 1 proposals were
+                 accepted; so a run never holds more bonus tokens than accepted ones.
     SERVER    -- a server target's token whose origin the server does not report
                  (specdec_core/server: an OpenAI-compatible server that gives no per-token
                  draft figures, or a stretch where llama-server's counters cannot place it).
@@ -35,10 +39,10 @@ class TokenEvent:
 
     step            -- index of the target forward pass that decided this token (0-based).
     draft_position  -- index inside that step's proposal (0-based); for CORRECTED/BONUS the
-                       position the target filled; None in standard decoding.
+                       position the target filled; None for STANDARD tokens.
     t               -- seconds since generation started (prefill included, model load not).
-    draft_length    -- tokens proposed in this step (k after clipping to the budget; 0 when the
-                       proposer had nothing, or in standard decoding).
+    draft_length    -- tokens proposed in this step (k after clipping to the budget; 0 in a
+                       plain step, and in standard decoding).
     margin          -- greedy only: the target's top-1 minus top-2 logit where this token was
                        chosen. A small margin marks a near-tie that reduced precision may flip.
     text            -- the text this token adds to the decoded output ("" while a multi-byte
@@ -71,30 +75,53 @@ class EventSequence:
 
 @dataclass(slots=True)
 class Stats:
-    """What one generation did, returned as a value (printing lives in the CLI/GUI/bench)."""
+    """What one generation did, returned as a value (printing lives in the CLI/GUI/bench).
+
+    The decoder keeps it current while it runs: when a step's tokens are handed out, the
+    stats already count that step, so a snapshot taken between steps (`Generation.snapshot`)
+    describes exactly the tokens seen so far. Every number the GUI, the bench and the race
+    show is one of the fields or properties here; nothing recomputes them from events.
+
+    Steps: every target forward pass is a step. A *speculative* step verified k >= 1
+    proposed tokens; every other step is a *plain* step (the prompt prefill that gives the
+    first token, a step where the controller proposed nothing or prompt lookup found no match,
+    the last step when the budget leaves no room). Each plain step emits one `standard` token.
+    """
 
     new_tokens: int = 0
-    seconds: float = 0.0  # generation only: prefill + decoding, no model loading
-    prefill_seconds: float = 0.0  # time to the first token
+    seconds: float = 0.0  # generation so far: prefill + decoding up to the end of the latest step, no model loading
+    prefill_seconds: float = 0.0  # time to the first token (the target's prompt prefill)
     draft_tokens: int = 0  # proposed tokens that reached verification
     accepted_draft_tokens: int = 0
-    target_forward_passes: int = 0  # prefill included
+    target_forward_passes: int = 0  # every step, the prefill included
     draft_forward_passes: int = 0
+    speculative_steps: int = 0  # steps that verified k >= 1 proposed tokens
+    speculative_step_tokens: int = 0  # tokens those steps emitted (accepted + corrected/bonus)
     per_position_proposed: list[int] = field(default_factory=list)  # index i: steps that proposed >= i+1 tokens
     per_position_accepted: list[int] = field(default_factory=list)  # index i: steps that accepted position i
-    draft_lengths: list[int] = field(default_factory=list)  # k used at each verification step
-    stop_reason: str = ""  # "eos" | "max_new_tokens" | "cancelled"
+    draft_lengths: list[int] = field(default_factory=list)  # k of each speculative step
+    last_draft_length: int | None = None  # k of the latest step after the prefill (0: plain); None before one
+    stop_reason: str = ""  # "eos" | "max_new_tokens" | "cancelled"; "" while running
     reused_prompt_tokens: int = 0  # prompt tokens whose KV entries an earlier turn left in the cache
     mode: str = "standard"
     proposer: str | None = None
 
     @property
     def tokens_per_second(self) -> float:
+        """End-to-end tok/s: every new token over the whole generation time, the prefill (time
+        to the first token) included -- what a user waits for, and what the bench compares."""
         return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
 
     @property
+    def decode_tokens_per_second(self) -> float:
+        """Decode tok/s: the tokens after the first over the time after the first token, so a
+        long prompt's prefill does not hide the decoding speed (0 until a second token)."""
+        dt = self.seconds - self.prefill_seconds
+        return (self.new_tokens - 1) / dt if self.new_tokens > 1 and dt > 0 else 0.0
+
+    @property
     def acceptance_rate(self) -> float:
-        """alpha = accepted / proposed (0 when nothing was proposed)."""
+        """alpha = accepted / proposed, over the speculative steps (0 when nothing was proposed)."""
         return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
@@ -104,8 +131,19 @@ class Stats:
 
     @property
     def mean_accepted_per_step(self) -> float:
-        """tau = tokens emitted per target verification (the prefill counts as one: it emits one)."""
-        return self.new_tokens / self.target_forward_passes if self.target_forward_passes else 0.0
+        """tau = tokens emitted per speculative step (0 when none): plain steps emit one token
+        each by definition and are counted apart (`plain_steps`, `plain_step_share`)."""
+        return self.speculative_step_tokens / self.speculative_steps if self.speculative_steps else 0.0
+
+    @property
+    def plain_steps(self) -> int:
+        """Steps that proposed nothing, the prefill included (one `standard` token each)."""
+        return max(self.target_forward_passes - self.speculative_steps, 0)
+
+    @property
+    def plain_step_share(self) -> float:
+        """plain steps / all steps (1.0 in standard decoding)."""
+        return self.plain_steps / self.target_forward_passes if self.target_forward_passes else 0.0
 
     @property
     def per_position_acceptance(self) -> list[float]:
@@ -115,11 +153,26 @@ class Stats:
         d = asdict(self)
         d.update(
             tokens_per_second=self.tokens_per_second,
+            decode_tokens_per_second=self.decode_tokens_per_second,
             acceptance_rate=self.acceptance_rate,
             mean_accepted_per_step=self.mean_accepted_per_step,
+            plain_steps=self.plain_steps,
+            plain_step_share=self.plain_step_share,
             per_position_acceptance=self.per_position_acceptance,
         )
         return d
+
+
+# greedy near-tie threshold on the target's top-1 minus top-2 logit, by the target's dtype: a
+# divergence at or below it is a floating-point near-tie (the two candidates score the same to
+# within that precision's rounding); above it, different text at temperature 0 points to a bug.
+# The one table the race, the race view and the benchmark read.
+NEAR_TIE_MARGIN = {"float32": 1e-2, "bfloat16": 0.25, "float16": 0.1}
+
+
+def near_tie_margin(dtype: object) -> float:
+    """The threshold for a dtype ("bfloat16", torch.bfloat16, ...); float32's when unknown."""
+    return NEAR_TIE_MARGIN.get(str(dtype).replace("torch.", ""), NEAR_TIE_MARGIN["float32"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,13 +28,10 @@ from dataclasses import dataclass, field
 
 from .decoder import DecodeSettings, Decoder
 from .events import Divergence, EventSequence, Stats, TokenEvent, first_divergence
+from .events import near_tie_margin as _dtype_margin
 from .proposers import Proposer
 
 LANES = ("standard", "speculative")
-
-# greedy near-tie threshold on the target's top-1 minus top-2 logit, by target dtype
-# (the same figures the benchmark uses)
-NEAR_TIE_MARGIN = {"float32": 1e-2, "bfloat16": 0.25, "float16": 0.1}
 
 CLOCK_NOTE = "times are each lane's own compute time"
 
@@ -62,7 +59,15 @@ class LaneResult(EventSequence):
 
     @property
     def tokens_per_second(self) -> float:
+        """End-to-end tok/s by the lane's own clock (its Stats', whose seconds are that clock)."""
+        if self.stats is not None:
+            return self.stats.tokens_per_second
         return len(self.events) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """tok/s after the first token, by the lane's own clock."""
+        return self.stats.decode_tokens_per_second if self.stats is not None else 0.0
 
     def to_dict(self) -> dict:
         stats = self.stats.to_dict() if self.stats is not None else {}
@@ -73,6 +78,7 @@ class LaneResult(EventSequence):
             "new_tokens": len(self.events),
             "seconds": self.seconds,
             "tokens_per_second": self.tokens_per_second,
+            "decode_tokens_per_second": self.decode_tokens_per_second,
             "stats": stats,
         }
 
@@ -108,6 +114,27 @@ class RaceResult:
             return None
         return first_divergence(self.standard.events, self.speculative.events)
 
+    @property
+    def verdict(self) -> str:
+        """The one sentence on the two texts that `specdec race` prints and the race view shows."""
+        if self.cancelled:
+            return "Race stopped before the end."
+        if self.identical:
+            return ("Texts identical: at temperature 0 speculative decoding is exact." if self.greedy else
+                    "Texts identical: both are samples of the same distribution, equal by chance.")
+        if not self.greedy:
+            return ("Texts differ, as expected at temperature > 0: both lanes are samples of the same "
+                    "distribution (speculative sampling is exact), drawn with different random numbers.")
+        d = self.divergence
+        m = "unknown" if d.margin is None else f"{d.margin:.4g}"
+        if d.is_near_tie(self.near_tie_margin):
+            return (f"Texts differ from token {d.position}: the target's top-2 margin there is {m} logits, a "
+                    "near-tie that reduced precision can flip (verifying many tokens in one pass rounds "
+                    "differently from one at a time); both continuations are the target's greedy choice "
+                    "up to rounding.")
+        return (f"Texts differ from token {d.position} (the target's top-2 margin there is {m} logits): not a "
+                "near-tie; at temperature 0 this should not happen, please report it.")
+
     def to_dict(self) -> dict:
         spec = self.speculative.stats
         d = self.divergence
@@ -126,6 +153,8 @@ class RaceResult:
             },
             "acceptance_rate": spec.acceptance_rate if spec else 0.0,
             "mean_accepted_per_step": spec.mean_accepted_per_step if spec else 0.0,
+            "plain_step_share": spec.plain_step_share if spec else 0.0,
+            "verdict": self.verdict,
             "proposer": self.proposer,
             "cancelled": self.cancelled,
             "settings": {
@@ -157,7 +186,16 @@ class Race:
         self.settings = settings
         self.near_tie_margin = near_tie_margin
         self.clocks = {n: 0.0 for n in LANES}
+        self.shown = {n: 0 for n in LANES}
         self.result: RaceResult | None = None
+
+    def lane_stats(self, lane: str) -> Stats | None:
+        """A lane's running Stats, timed by its own clock: the engine's figures for a live view
+        (None for a lane that keeps none)."""
+        snap = getattr(self._lanes[lane], "snapshot", None)
+        if snap is None:
+            return None
+        return dataclasses.replace(snap(), seconds=self.clocks[lane], new_tokens=self.shown[lane])
 
     def __iter__(self) -> Iterator[RaceEvent]:
         results = {n: LaneResult(n) for n in LANES}
@@ -181,6 +219,7 @@ class Race:
             clock = self.clocks[lane]
             ev = dataclasses.replace(ev, t=clock)
             results[lane].events.append(ev)
+            self.shown[lane] += 1
             yield RaceEvent(lane, ev, clock)
         if cancelled:
             # the decoder sees the same cancel event at its next step and ends at once; drain
@@ -206,8 +245,7 @@ class Race:
 
 
 def near_tie_margin(engine) -> float:
-    dtype = str(getattr(getattr(engine.target, "info", None), "dtype", "float32")).replace("torch.", "")
-    return NEAR_TIE_MARGIN.get(dtype, 1e-2)
+    return _dtype_margin(getattr(getattr(engine.target, "info", None), "dtype", "float32"))
 
 
 def start_race(

@@ -24,15 +24,13 @@ def add_race_parser(subparsers) -> None:
 
 
 def run_race(args) -> int:
-    from .cli import UsageError, load_engine, settings_from_args
+    from .cli import UsageError, load_engine, print_loaded, settings_from_args
 
     if not args.prompt.strip():
         raise UsageError("--prompt is empty: give the text to race on")
     settings = settings_from_args(args, args.seed)  # validates before loading anything
     engine = load_engine(args, need_draft=args.proposer == "draft")
-    for role, lm in (("target", engine.target), ("draft", engine.draft)):
-        if lm is not None:
-            print(f"{role}: {lm.info.summary()}", file=sys.stderr)
+    print_loaded(engine)
 
     from .race import CLOCK_NOTE, start_race
 
@@ -65,27 +63,14 @@ def summary_text(result) -> str:
     std, spec = result.standard, result.speculative
     s = spec.stats
     lines = [
-        f"standard     {len(std.events):5d} tokens {std.seconds:8.2f} s {std.tokens_per_second:8.1f} tok/s",
-        f"speculative  {len(spec.events):5d} tokens {spec.seconds:8.2f} s {spec.tokens_per_second:8.1f} tok/s"
-        + (f"  ({result.proposer}, acceptance {s.acceptance_rate:.0%}, {s.mean_accepted_per_step:.2f} tokens/verification,"
-           f" {s.target_forward_passes} target passes)" if s else ""),
-        f"speedup {result.speedup:.2f}x",
-        verdict(result),
+        f"standard     {len(std.events):5d} tokens {std.seconds:8.2f} s {std.tokens_per_second:8.1f} tok/s end-to-end"
+        f" {std.decode_tokens_per_second:8.1f} tok/s decode",
+        f"speculative  {len(spec.events):5d} tokens {spec.seconds:8.2f} s {spec.tokens_per_second:8.1f} tok/s end-to-end"
+        f" {spec.decode_tokens_per_second:8.1f} tok/s decode"
+        + (f"  ({result.proposer}, acceptance {s.acceptance_rate:.0%}, {s.mean_accepted_per_step:.2f} tokens per "
+           f"speculative step, {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes)"
+           if s and s.speculative_steps else f"  ({result.proposer}: nothing proposed, every step plain)" if s else ""),
+        f"speedup {result.speedup:.2f}x (end-to-end tok/s, own clocks)",
+        result.verdict,
     ]
     return "\n".join(lines)
-
-
-def verdict(result) -> str:
-    if result.cancelled:
-        return "race stopped before the end"
-    if result.identical:
-        return "texts identical" + (" (greedy: speculative decoding is exact)" if result.greedy else "")
-    if not result.greedy:
-        return ("texts differ: at temperature > 0 both lanes are samples of the same distribution "
-                "(speculative sampling is exact), drawn with different random numbers")
-    d = result.divergence
-    m = "unknown" if d.margin is None else f"{d.margin:.4g}"
-    tie = d.is_near_tie(result.near_tie_margin)
-    return (f"texts differ from token {d.position}: the target's top-2 margin there is {m} logits"
-            + (" — a near-tie that reduced precision can flip (batched verification vs one token at a time)"
-               if tie else " — not a near-tie; this is unexpected, please report it"))

@@ -113,11 +113,12 @@ def relay(worker):
         loaded = Signal(object)
         load_failed = Signal(str)
         started = Signal(int)
-        tokens = Signal(int, object)
+        tokens = Signal(int, object, object)
         finished = Signal(int, object)
         failed = Signal(int, str)
+        too_long = Signal(int, object)
 
     r = Relay()
-    for name in ("progress", "loaded", "load_failed", "started", "tokens", "finished", "failed"):
+    for name in ("progress", "loaded", "load_failed", "started", "tokens", "finished", "failed", "too_long"):
         getattr(worker, name).connect(getattr(r, name))
     return r

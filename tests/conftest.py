@@ -19,6 +19,13 @@ def soften(model, factor: float):
 
 
 @pytest.fixture(autouse=True)
+def _own_data_dir(tmp_path, monkeypatch):
+    """Recent models (specdec_core/models/recent.py) are written to the test's own folder, never
+    to the user's data folder."""
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path / "user-data"))
+
+
+@pytest.fixture(autouse=True)
 def _gc_in_gui_thread(request):
     """Qt tests collect cycles in the GUI thread only, as the app does (app/gui_gc.py): a worker
     thread that ran the collector could destroy an earlier test's widgets off the GUI thread,
@@ -33,6 +40,25 @@ def _gc_in_gui_thread(request):
     collector = GuiThreadCollector()
     yield
     collector.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _last_load_record_in_tmp(tmp_path_factory):
+    """The CLI and the app record each load's report for `specdec models`; a test's tiny
+    models must not overwrite the user's record of their own last load. Session-wide, so that
+    module fixtures that load (the bench's report) are covered too."""
+    from specdec_core.models import last_load
+
+    path = tmp_path_factory.mktemp("last-load") / last_load.FILE_NAME
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(last_load, "record_path", lambda: path)
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def _no_last_load_yet(_last_load_record_in_tmp):
+    """Each test starts without a recorded load (one test's record is not another's)."""
+    _last_load_record_in_tmp.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -76,3 +102,34 @@ def _perturbed(model, seed, scale):
         for p in m.parameters():
             p.add_(torch.randn(p.shape, generator=g) * scale * p.abs().mean())
     return m
+
+
+@pytest.fixture
+def local_hub(tmp_path, monkeypatch):
+    """start(repos, rate=None) -> a running HubServer (tests/hub_server.py) that huggingface_hub
+    reaches through HF_ENDPOINT, with the HF cache and the app cache in tmp_path: real downloads
+    over HTTP from 127.0.0.1, never the internet."""
+    import huggingface_hub.constants as hf_constants
+
+    from hub_server import HubServer
+
+    servers = []
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    # huggingface_hub reads these at import time; the functions read the constants at call time
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+
+    def start(repos, rate=None):
+        server = HubServer(repos, rate).__enter__()
+        servers.append(server)
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "ENDPOINT", server.endpoint)
+        monkeypatch.setattr(hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            server.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__()

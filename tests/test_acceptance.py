@@ -7,7 +7,7 @@ on paper from Leviathan et al. 2023, Algorithm 1.
 import pytest
 import torch
 
-from specdec_core.acceptance import accept_mask, greedy_verify, residual, speculative_verify
+from specdec_core.acceptance import accept_mask, greedy_verify, residual, speculative_verify, step_token_kind
 from specdec_core.events import TokenKind
 from specdec_core.sampling import SamplingParams, SettingsError, probabilities, sample_from
 
@@ -19,7 +19,7 @@ GREEDY = [
     ([5, 6, 7], [4, 6, 7, 8], 0, 4, TokenKind.CORRECTED),  # first differs: nothing kept, target's 4
     ([5, 6, 7], [5, 9, 7, 8], 1, 9, TokenKind.CORRECTED),  # later matches after a miss never count
     ([5, 6, 7], [5, 6, 1, 8], 2, 1, TokenKind.CORRECTED),  # miss on the last draft position
-    ([], [3], 0, 3, TokenKind.BONUS),  # nothing proposed: the step is a plain target step
+    ([], [3], 0, 3, TokenKind.STANDARD),  # nothing proposed: a plain target step, the target's alone
     ([2], [2, 2], 1, 2, TokenKind.BONUS),  # repeated tokens are fine
 ]
 
@@ -28,6 +28,23 @@ GREEDY = [
 def test_greedy_verify_table(draft, argmax, n, nxt, kind):
     v = greedy_verify(draft, argmax)
     assert (v.n_accepted, v.next_token, v.next_kind) == (n, nxt, kind)
+
+
+@pytest.mark.parametrize("k,n,kind", [
+    (0, 0, TokenKind.STANDARD),  # nothing proposed: the draft earned nothing
+    (1, 0, TokenKind.CORRECTED),
+    (1, 1, TokenKind.BONUS),  # the one proposal kept: the extra token is the draft's doing
+    (4, 3, TokenKind.CORRECTED),
+    (4, 4, TokenKind.BONUS),
+])
+def test_a_steps_target_token_kind(k, n, kind):
+    assert step_token_kind(k, n) is kind
+
+
+def test_speculative_verify_with_nothing_proposed_is_a_plain_step():
+    # k = 0: one target row; the token is drawn from it (u=0.6: cdf 0.5, 0.8 -> token 1), standard
+    v = speculative_verify(torch.tensor([], dtype=torch.long), None, P[:1], torch.tensor([]), 0.6)
+    assert (v.n_accepted, v.next_token, v.next_kind) == (0, 1, TokenKind.STANDARD)
 
 
 def test_greedy_verify_needs_k_plus_one_rows():

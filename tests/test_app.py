@@ -7,6 +7,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import html  # noqa: E402
 import io  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -28,7 +29,7 @@ from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  
 from app_fixtures import relay, tiny_factory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC_KINDS = {"accepted", "corrected", "bonus"}
+SPEC_KINDS = {"accepted", "corrected", "bonus", "standard"}  # the first token is the prefill's: standard
 TIMEOUT = 60_000
 
 
@@ -99,10 +100,11 @@ def test_worker_generate_signals_in_strict_order(qtbot, worker, sig):
     with qtbot.waitSignals([sig.started, sig.tokens, sig.finished], order="strict", timeout=TIMEOUT):
         worker.request_generate(req)
     assert [i for i, _ in got] == [0, 1, 2]
-    (rid0,), (rid1, events), (rid2, stats) = (args for _, args in got)
+    (rid0,), (rid1, events, running), (rid2, stats) = (args for _, args in got)
     assert rid0 == rid1 == rid2 == 7
     assert len(events) == 1 and events[0].kind.value == "standard"
     assert stats["new_tokens"] == 1 and stats["stop_reason"] == "max_new_tokens"
+    assert "text" not in running and {k: stats[k] for k in running} == running  # one step: running == final
 
 
 def test_worker_next_turn_reuses_the_conversation_cache(qtbot, worker, sig):
@@ -125,7 +127,7 @@ def test_worker_streams_batches_then_finishes(qtbot, worker, sig):
         worker.request_load(LoadRequest(factory=tiny_factory(delay=0.004)))
     seen = []
     sig.started.connect(lambda rid: seen.append(("started", rid, None)))
-    sig.tokens.connect(lambda rid, evs: seen.append(("tokens", rid, evs)))
+    sig.tokens.connect(lambda rid, evs, stats: seen.append(("tokens", rid, evs, stats)))
     sig.failed.connect(lambda rid, msg: seen.append(("failed", rid, msg)))
     req = GenerateRequest(3, [{"role": "user", "content": "is the cat on the mat"}], max_new_tokens=30, draft_tokens=3)
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as b:
@@ -138,6 +140,14 @@ def test_worker_streams_batches_then_finishes(qtbot, worker, sig):
     assert len(seen) - 1 < len(events)  # several tokens per signal
     assert "".join(e.text for e in events) == b.args[1]["text"]
     assert {e.kind.value for e in events} <= SPEC_KINDS
+    # each batch carries the engine's running stats for exactly the tokens sent so far
+    sent = 0
+    for s in seen[1:]:
+        sent += len(s[2])
+        assert s[3]["new_tokens"] == sent and s[3]["mode"] == "speculative"
+        assert s[3]["stop_reason"] == ("" if sent < 30 else "max_new_tokens")
+    final = b.args[1]
+    assert {k: final[k] for k in seen[-1][3]} == seen[-1][3]  # the last batch's figures are the final ones
 
 
 def test_worker_load_failure_is_one_line(qtbot, worker, sig, tmp_path):
@@ -156,7 +166,7 @@ def test_worker_load_failure_is_one_line(qtbot, worker, sig, tmp_path):
 def test_send_stream_finish_history_round_trip(qtbot, make_window, tmp_path):
     win = make_window(max_new=10)
     batches = []
-    win.sig.tokens.connect(lambda rid, evs: batches.append(len(evs)))
+    win.sig.tokens.connect(lambda rid, evs, stats: batches.append(len(evs)))
     requests = []
     original = win.worker.request_generate
     win.worker.request_generate = lambda r: (requests.append(r), original(r))
@@ -204,6 +214,7 @@ def test_toggle_changes_kinds_of_next_message(qtbot, make_window):
     send_and_wait(qtbot, win, "is the cat on the mat")
     kinds = [t.kind for t in win.messages[-1].tokens]
     assert set(kinds) <= SPEC_KINDS and "accepted" in kinds
+    assert kinds[0] == "standard" and kinds.count("bonus") <= kinds.count("accepted")
     assert win.worker.engine is engine  # no reload
     assert win.messages[-1].stats["acceptance_rate"] > 0
     win.side_panel.mode_button.click()
@@ -226,12 +237,17 @@ def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
         assert win.send("is the cat on the mat")
     stopped_id = win.active.request.request_id
+    running = dict(win.active.stats)  # the engine's stats of the batches shown so far
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as b:
         win.stop()
     assert b.args[0] == "cancelled"
     stopped = win.messages[-1]
     n = len(stopped.tokens)
     assert 0 < n < 200
+    # a stopped message saves the engine's stats of exactly the tokens it kept, not a recount
+    assert running["new_tokens"] == n and stopped.stats["stop_reason"] == "cancelled"
+    assert {k: stopped.stats[k] for k in running if k != "stop_reason"} == {
+        k: v for k, v in running.items() if k != "stop_reason"}
     bubble = win.chat_view.messages[-1]
     text = bubble.text
     # the worker ends the cancelled generation and says so, without sending more tokens
@@ -253,6 +269,89 @@ def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     assert len(saved) == 4 and len(saved[1].tokens) == n and saved[1].stats["stop_reason"] == "cancelled"
 
 
+def test_the_side_panel_shows_the_engines_figures_live_and_final(qtbot, make_window):
+    """Live and final figures have one meaning each: what the side panel shows after every
+    batch is that batch's running Stats, and the last batch's equal the final ones."""
+    from app import figures
+
+    win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.002)), max_new=30)
+    shown = []
+
+    def on_tokens(_rid, _evs, stats):  # the relay fires after the window handled the same batch
+        p = win.side_panel
+        shown.append((stats, p.m_speed.value.text(), p.m_e2e.value.text(), p.m_alpha.value.text(),
+                      p.m_tau.value.text(), p.m_plain.value.text()))
+
+    win.sig.tokens.connect(on_tokens)
+    send_and_wait(qtbot, win, "is the cat on the mat")
+    assert len(shown) >= 2
+    for stats, speed, e2e, alpha, tau, plain in shown:
+        assert speed == figures.rate(stats["decode_tokens_per_second"])
+        assert e2e == figures.rate(stats["tokens_per_second"])
+        assert (alpha, tau) == (figures.alpha(stats), figures.tau(stats))
+        assert plain == figures.share(stats["plain_step_share"])
+    final = win.messages[-1].stats
+    assert {k: final[k] for k in shown[-1][0]} == shown[-1][0]
+    p = win.side_panel
+    assert p.m_speed.value.text() == shown[-1][1] == figures.rate(final["decode_tokens_per_second"])
+    assert p.m_e2e.value.text() == figures.rate(final["tokens_per_second"])
+    assert p.m_speed.caption.text() == "tok/s decode" and p.m_e2e.caption.text() == "tok/s end-to-end"
+    # the message header says which rate is which
+    meta = win.chat_view.messages[-1].meta_label.text()
+    assert f"{final['decode_tokens_per_second']:.1f} tok/s decode" in meta
+    assert f"{final['tokens_per_second']:.1f} tok/s end-to-end" in meta and "plain steps" in meta
+
+
+def test_the_models_box_lists_the_load_notes(qtbot, make_window, tmp_path):
+    """A real load (a tiny HF folder through Engine.load): every note the loader wrote -- what
+    ran where, and why -- is in the side panel's Models box."""
+    from tiny_models import make_model, make_tokenizer, save_model
+
+    tok = make_tokenizer()
+    folder = save_model(tmp_path / "tiny-hf", make_model(len(tok), seed=0), tok)
+    win = make_window(request=LoadRequest(str(folder), None, "cpu"))
+    notes = win.worker.engine.target.info.notes
+    assert notes
+    text = win.side_panel.target_label.text()
+    for note in notes:
+        assert html.escape(note) in text
+    assert win.model_info["target"]["notes"] == notes
+
+
+def test_a_chat_too_long_for_the_context_offers_to_drop_the_oldest_turns(qtbot, make_window, tmp_path):
+    """The tiny target holds 512 positions. A chat that outgrows it is stopped before any
+    computing; the dialog offers to leave the oldest turns out of the prompt, and nothing
+    saved is lost: the chat and its history keep every message."""
+    win = make_window(max_new=12)
+    requests = []
+    original = win.worker.request_generate
+    win.worker.request_generate = lambda r: (requests.append(r), original(r))
+    send_and_wait(qtbot, win, "the cat sat on the mat " * 30)
+    win.side_panel.max_new.setValue(200)  # ~410 prompt tokens + 200 > 512; without the first turn it fits
+    with qtbot.waitSignal(win.sig.too_long, timeout=TIMEOUT) as b:
+        assert win.send("the hat is on the cat " * 30)
+    info = b.args[1]
+    assert info["context"] == 512 and info["prompt_tokens"] + 200 > 512 and info["drop"] == 2
+    box = win.context_dialog
+    assert box.isVisible() and "512" in box.text() and "oldest 2" in box.informativeText()
+    assert win.active is None and len(win.chat_view.messages) == 3  # no empty answer left behind
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        box.drop_button.click()
+    assert requests[-1].drop_oldest == 2 and requests[-1].messages == requests[-2].messages
+    assert [m.role for m in win.messages] == ["user", "assistant", "user", "assistant"]
+    h = History(tmp_path / "data")
+    assert [m.content for m in h.messages(win.chat_id)] == [m.content for m in win.messages]
+    h.close()
+    # a single message longer than the context: nothing to drop, the dialog says what to shorten
+    win.new_chat()
+    with qtbot.waitSignal(win.sig.too_long, timeout=TIMEOUT) as b:
+        assert win.send("the cat sat on the mat " * 90)
+    assert b.args[1]["drop"] is None
+    box = win.context_dialog
+    assert box.drop_button is None and "shorten it" in box.informativeText()
+    assert [m.role for m in win.messages] == ["user"]  # the message itself is saved
+
+
 def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=100)
     with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
@@ -267,7 +366,7 @@ def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     stale = win.messages[-2].tokens[0]
     from specdec_core.events import TokenEvent, TokenKind
 
-    win._on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)])
+    win._on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], {"new_tokens": 99})
     assert win.dropped_batches >= 1 and live.tokens == before
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         pass
@@ -312,6 +411,29 @@ def test_error_dialog_on_bad_model_path_and_app_stays_usable(qtbot, make_window,
     assert win.messages[-1].role == "assistant" and win.messages[-1].tokens
 
 
+def test_history_shows_an_earlier_builds_plain_step_bonus_as_standard(tmp_path):
+    """Earlier builds saved a plain step's token (k = 0) as "bonus". A bonus always fills a
+    position k >= 1, so "bonus" at draft position 0 is exactly such a token: shown as standard,
+    while the saved row stays as it was."""
+    import json
+    import sqlite3
+
+    h = History(tmp_path)
+    chat = h.new_chat("old")
+    from app.history import Message, StoredToken
+
+    h.add_message(chat, Message("assistant", "abcd", [
+        StoredToken(1, "a", "bonus", 0, 0),  # the prefill's token, saved by an earlier build
+        StoredToken(2, "b", "accepted", 1, 0),
+        StoredToken(3, "c", "bonus", 1, 1),  # a real bonus: after one accepted proposal
+        StoredToken(4, "d", "corrected", 2, 0)]))
+    got = [(t.kind, t.draft_position) for t in h.messages(chat)[0].tokens]
+    assert got == [("standard", None), ("accepted", 0), ("bonus", 1), ("corrected", 0)]
+    row = sqlite3.connect(h.path).execute("SELECT tokens FROM messages").fetchone()[0]
+    assert json.loads(row)[0][2] == "bonus"  # nothing rewritten
+    h.close()
+
+
 def test_persistence_across_restart(qtbot, make_window, tmp_path):
     data = tmp_path / "persist"
     win = make_window(data_dir=data)
@@ -352,7 +474,16 @@ def test_markdown_code_blocks_colours_and_tooltips(qtbot):
     doc = w.view.document()
     plain = doc.toPlainText()
     assert "**" not in plain and "```" not in plain and "bold" in plain and "print(1)" in plain
-    assert "<pre" in doc.toHtml() or "monospace" in doc.toHtml()
+    # the fenced block is a preformatted block in a monospace font; the prose around it is not
+    from PySide6.QtGui import QTextCursor as _Cursor
+
+    def fmt(word):
+        c = _Cursor(doc)
+        c.setPosition(plain.index(word) + 1)
+        return c.block().blockFormat().nonBreakableLines(), "monospace" in (c.charFormat().fontFamilies() or [])
+
+    assert fmt("print") == (True, True) and fmt("bold") == (False, False)
+    assert fmt("x")[1]  # inline code too
     # alignment: the rendered "bold" belongs to the token "bold", "print" to "print"
     pos = w.view.position_tokens
     assert pos[plain.index("bold")] == 3 and pos[plain.index("print")] == 9
@@ -376,6 +507,9 @@ def test_markdown_code_blocks_colours_and_tooltips(qtbot):
     assert w.view.token_at(rect.center() + QPoint(2, 0)) is tokens[3]
     tip = token_tooltip(tokens[3])
     assert "bonus" in tip and "step 1" in tip and "draft position 0" in tip
+    assert "kept all of the step's k ≥ 1 draft tokens" in tip  # what a bonus means, in the hover text
+    plain_tip = token_tooltip(ViewToken(7, "x", "standard", 4, None))
+    assert "the target decided it alone" in plain_tip and "plain step" in plain_tip
     # copy button copies the raw markdown
     w.copy_button.click()
     from PySide6.QtWidgets import QApplication
@@ -442,9 +576,12 @@ def test_self_test_on_tiny_models(qtbot, tmp_path):
 
 
 def test_gui_modules_do_not_import_torch():
+    """Every module of app/, whatever is added later: the GUI thread never imports torch."""
+    modules = sorted(f"app.{p.stem}" for p in (ROOT / "app").glob("*.py") if p.stem != "__init__")
+    assert {"app.main_window", "app.worker", "app.race_view", "app.figures", "app.models_dialog",
+            "app.models_worker", "app.download_panel"} <= set(modules)
     code = (
-        "import sys; import app.main, app.main_window, app.worker, app.chat_view, app.side_panel, "
-        "app.history, app.theme, app.metrics, app.selftest; "
+        f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
         "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,

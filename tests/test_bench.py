@@ -18,8 +18,9 @@ PROMPTS = [
         {"role": "assistant", "content": "yes it is"},
         {"role": "user", "content": "and the hat"}]},
 ]
-ROW_KEYS = {"category", "prompt_id", "mode", "draft_tokens", "tokens_per_second", "latency_s", "ttft_s",
-            "acceptance_rate", "mean_accepted_per_step", "peak_memory_bytes", "identical_to_standard",
+ROW_KEYS = {"category", "prompt_id", "mode", "draft_tokens", "tokens_per_second", "decode_tokens_per_second",
+            "latency_s", "ttft_s", "acceptance_rate", "mean_accepted_per_step", "plain_step_share",
+            "peak_memory_bytes", "identical_to_standard",
             "per_position_acceptance", "target_forward_passes", "draft_forward_passes", "repeats", "stats"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -93,6 +94,16 @@ def test_report_schema(greedy_report):
             assert row["draft_forward_passes"] > 0
         if row["kind"] == "standard":
             assert row["acceptance_rate"] is None and row["draft_forward_passes"] == 0
+            assert row["mean_accepted_per_step"] is None and row["plain_step_share"] is None  # nothing proposed
+        assert row["decode_tokens_per_second"] > 0
+        if row["kind"] in ("standard", "speculative", "prompt-lookup"):  # ours: the engine's Stats
+            kinds = row["repeats"][0]["kinds"]
+            assert sum(kinds.values()) == row["new_tokens"]
+            assert kinds["bonus"] <= kinds["accepted"]  # a bonus needs all of its step's k >= 1 kept
+            if row["kind"] == "standard":
+                assert kinds["standard"] == row["new_tokens"]
+            else:
+                assert kinds["standard"] >= 1 and 0 < row["plain_step_share"] <= 1  # the prefill at least
     # the warm-up ran every mode once and stays out of the rows
     assert [w["mode"] for w in rep["warmup"]] == names
     assert all(r["repeats"][0]["repeat"] == 0 for r in rep["rows"])
@@ -107,8 +118,8 @@ def test_identical_to_standard_at_temperature_zero(greedy_report):
     for row in rep["rows"]:
         if row["kind"] in ("standard", "speculative", "prompt-lookup"):
             assert row["identical_to_standard"] is True, (row["prompt_id"], row["mode"], row["divergence"])
-        else:  # transformers' generate on a float32 model: compared, and a bool either way
-            assert isinstance(row["identical_to_standard"], bool)
+        else:  # transformers' generate, clean config, float32: greedy is greedy, token for token
+            assert row["identical_to_standard"] is True, (row["prompt_id"], row["mode"], row["divergence"])
     texts = {(r["prompt_id"], r["mode"]): r["text"] for r in rep["rows"]}
     for p in PROMPTS:
         assert texts[(p["id"], "speculative k=3")] == texts[(p["id"], "standard")]
@@ -222,7 +233,7 @@ BAD = [
     (lambda tp: ["--repeats", "0"], "--repeats must be >= 1"),
     (lambda tp: ["--temperature", "-1"], "temperature"),
     (lambda tp: ["--top-p", "0"], "top-p"),
-    (lambda tp: ["--baseline", "vllm"], "invalid choice"),
+    (lambda tp: ["--baseline", "vllm"], "--baseline takes a comma-separated list of hf, llama.cpp, none"),
 ]
 
 
@@ -257,3 +268,21 @@ def test_builtin_prompt_set_covers_the_categories():
         assert 2 <= sum(p.category == c for p in prompts) <= 3
     assert all(p.turns >= 2 for p in prompts if p.category == "chat")
     assert [p.id for p in load_prompts(categories=["code", "chat"], limit=1)] == ["code-fizzbuzz", "chat-refactor"]
+
+
+def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():
+    """Prompt lookup on a prompt with nothing to look up proposes nothing: every step is plain.
+    Its row must say 'no alpha, no tau', not 0% and 0 tokens per step (a median over prompts
+    would mix those zeros with real figures)."""
+    from specdec_core.bench.modes import PROMPT_LOOKUP, Mode
+    from specdec_core.bench.prompts import BenchPrompt
+    from specdec_core.bench.runner import RunSettings, run_one
+    from app_fixtures import tiny_factory
+
+    engine = tiny_factory(report=False)(lambda *_a: None)
+    memory = SimpleNamespace(start=lambda: None, stop=lambda: 0)
+    prompt = BenchPrompt("p", "chat", ({"role": "user", "content": "hello"},))
+    rec = run_one(engine, prompt, Mode("prompt-lookup k=4", PROMPT_LOOKUP, 4), RunSettings(3), 0, memory)
+    assert rec["kinds"]["standard"] == rec["new_tokens"] == 3  # no match anywhere: every step plain
+    assert rec["acceptance_rate"] is None and rec["mean_accepted_per_step"] is None
+    assert rec["plain_step_share"] == 1.0

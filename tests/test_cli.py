@@ -34,11 +34,15 @@ def test_json_lines_per_sample(pair, capsys):
     assert len(lines) == 3
     for obj in lines:
         assert len(obj["token_ids"]) == len(obj["kinds"]) <= 10
-        assert set(obj["kinds"]) <= {"accepted", "corrected", "bonus"}
-        for key in ("new_tokens", "seconds", "tokens_per_second", "draft_tokens", "accepted_draft_tokens",
-                    "acceptance_rate", "mean_accepted_per_step", "target_forward_passes",
-                    "draft_forward_passes", "per_position_accepted"):
+        kinds = obj["kinds"]
+        # the first token is the target's prefill alone; a bonus needs all of a step's k >= 1 kept
+        assert kinds[0] == "standard" and set(kinds) <= {"accepted", "corrected", "bonus", "standard"}
+        assert kinds.count("bonus") <= kinds.count("accepted")
+        for key in ("new_tokens", "seconds", "tokens_per_second", "decode_tokens_per_second", "draft_tokens",
+                    "accepted_draft_tokens", "acceptance_rate", "mean_accepted_per_step", "plain_steps",
+                    "plain_step_share", "target_forward_passes", "draft_forward_passes", "per_position_accepted"):
             assert key in obj["stats"], key
+        assert obj["stats"]["plain_steps"] == kinds.count("standard")
         assert isinstance(obj["text"], str)
 
 
@@ -68,7 +72,41 @@ def test_plain_text_output_and_stats_line(pair, capsys):
     rc, out, err = run(capsys, "generate", "--target", str(pair[0]), "--draft", str(pair[1]),
                        "--prompt", "hello", "--max-new-tokens", "5", "--draft-tokens", "adaptive")
     assert rc == 0 and out.strip()
-    assert "[speculative]" in err and "tok/s" in err and "target:" in err
+    assert "[speculative]" in err and "tok/s decode" in err and "tok/s end-to-end" in err and "target:" in err
+    assert "plain steps" in err
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_any_computing(pair, capsys, monkeypatch):
+    """The tiny target's context is 512 tokens (the real pair's 32,768): 600 prompt ids, or a
+    prompt that fits only without its answer budget, get one line and exit 2 -- and the decoding
+    loop never starts (it would be minutes of prefill on a real model)."""
+    from specdec_core.decoder import Decoder
+
+    def never(*_a, **_k):
+        raise AssertionError("the decoder ran on a prompt that does not fit")
+
+    monkeypatch.setattr(Decoder, "_loop", never)
+    rc, out, err = run(capsys, *gen(pair, "--prompt-ids", ",".join(["5"] * 600)))
+    lines = [x for x in err.splitlines() if not x.startswith(("target:", "draft:", "  - "))]
+    assert rc == 2 and not out and len(lines) == 1 and "Traceback" not in err
+    assert "600 tokens" in lines[0] and "context holds 512" in lines[0]
+    rc, _, err = run(capsys, *gen(pair, "--prompt-ids", ",".join(["5"] * 500), "--max-new-tokens", "20"))
+    lines = [x for x in err.splitlines() if not x.startswith(("target:", "draft:", "  - "))]
+    assert rc == 2 and len(lines) == 1 and "lower max-new-tokens to 12" in lines[0]
+
+
+def test_stats_line_labels_every_figure():
+    from specdec_core.cli import stats_line
+    from specdec_core.events import Stats
+
+    s = Stats(new_tokens=11, seconds=3.0, prefill_seconds=1.0, target_forward_passes=5, speculative_steps=3,
+              speculative_step_tokens=10, draft_tokens=12, accepted_draft_tokens=7, mode="speculative",
+              stop_reason="eos")
+    assert stats_line(s) == ("[speculative] 11 tokens in 3.00s (5.0 tok/s decode, 3.7 tok/s end-to-end), "
+                             "acceptance 58%, 3.33 tokens per speculative step, 40% plain steps, "
+                             "5 target passes, stop: eos")
+    plain = Stats(new_tokens=3, seconds=1.0, target_forward_passes=3, mode="speculative", stop_reason="eos")
+    assert "acceptance -, - tokens per speculative step, 100% plain steps" in stats_line(plain)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +132,7 @@ BAD = [
 def test_bad_input_is_one_line_exit_2(pair, capsys, tail, words):
     rc, out, err = run(capsys, *gen(pair, *tail))
     assert rc == 2
-    lines = [x for x in err.splitlines() if x.strip() and not x.startswith(("target:", "draft:"))]
+    lines = [x for x in err.splitlines() if x.strip() and not x.startswith(("target:", "draft:", "  - "))]
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in err
 
 

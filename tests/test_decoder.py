@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from specdec_core.decoder import DecodeSettings, Decoder, sample_seed
-from specdec_core.events import TokenKind, first_divergence
+from specdec_core.decoder import ContextError, DecodeSettings, Decoder, sample_seed
+from specdec_core.events import Stats, TokenKind, first_divergence
 from specdec_core.lm import CachedLM
 from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
 from specdec_core.sampling import SamplingParams
@@ -30,6 +30,28 @@ def hf_greedy(model, prompt, n, eos):
 
 def eos_of(model):
     return list(model.generation_config.eos_token_id)
+
+
+def assert_truthful_kinds(events, speculative=True):
+    """Each step's tokens name where they came from: a step that proposed nothing (k = 0) emits
+    one standard token; a speculative step emits its accepted tokens, then one corrected token
+    (a rejection) or a bonus one -- only when all of its k >= 1 proposals were kept."""
+    steps: dict[int, list] = {}
+    for e in events:
+        steps.setdefault(e.step, []).append(e)
+    for step, evs in steps.items():
+        k = evs[0].draft_length
+        kinds = [e.kind for e in evs]
+        if k == 0:
+            assert kinds == [TokenKind.STANDARD] and evs[0].draft_position is None, (step, kinds)
+            continue
+        assert speculative, "standard decoding proposes nothing"
+        n = kinds.count(TokenKind.ACCEPTED)
+        assert kinds[:n] == [TokenKind.ACCEPTED] * n and n <= k, (step, kinds)
+        if len(kinds) > n:  # (an accepted EOS ends the step without a target token)
+            assert kinds[n:] == [TokenKind.BONUS if n == k else TokenKind.CORRECTED], (step, k, kinds)
+    kinds = [e.kind for e in events]
+    assert kinds.count(TokenKind.BONUS) <= kinds.count(TokenKind.ACCEPTED)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -54,7 +76,9 @@ def test_speculative_greedy_equals_standard_and_transformers(tiny, draft_name, k
         spec = dec.generate(prompt, DecodeSettings(max_new_tokens=24, draft_tokens=k), prop).run()
         assert spec.token_ids == std.token_ids == ref, (prompt, first_divergence(std.events, spec.events))
         assert len(spec.kinds) == len(spec.token_ids)
-        assert set(spec.kinds) <= {"accepted", "corrected", "bonus"}
+        assert spec.kinds[0] == "standard"  # the first token is the target's prefill alone
+        assert_truthful_kinds(spec.events)
+        assert_truthful_kinds(std.events, speculative=False)
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
@@ -85,12 +109,17 @@ def test_stats_add_up(tiny):
     kinds = g.kinds
     assert s.new_tokens == len(g.token_ids) == 30 and s.stop_reason == "max_new_tokens"
     assert s.accepted_draft_tokens == kinds.count("accepted")
-    # every target pass emits exactly one non-accepted token (corrected or bonus)
-    assert kinds.count("corrected") + kinds.count("bonus") == s.target_forward_passes
+    # every target pass emits exactly one non-accepted token: corrected or bonus after a
+    # proposal, standard in a plain step (the prefill; the last step when only one token is left)
+    assert kinds.count("corrected") + kinds.count("bonus") == s.speculative_steps == len(s.draft_lengths)
+    assert kinds.count("standard") == s.plain_steps == s.target_forward_passes - s.speculative_steps >= 1
+    assert s.plain_step_share == pytest.approx(s.plain_steps / s.target_forward_passes)
     assert s.draft_tokens == sum(s.draft_lengths)
     assert s.per_position_proposed[0] == len(s.draft_lengths)
     assert sum(s.per_position_accepted) == s.accepted_draft_tokens
-    assert s.mean_accepted_per_step == pytest.approx(30 / s.target_forward_passes)
+    # tau counts the speculative steps only: their tokens over their number
+    assert s.speculative_step_tokens == 30 - s.plain_steps
+    assert s.mean_accepted_per_step == pytest.approx((30 - s.plain_steps) / s.speculative_steps)
     # the draft ran k passes per step (its prompt prefill is the first of them)
     assert s.draft_forward_passes == s.draft_tokens
     steps = [e.step for e in g.events]
@@ -100,6 +129,7 @@ def test_stats_add_up(tiny):
     for e in g.events:
         firsts.setdefault(e.step, e.draft_length)
     assert [k for k in firsts.values() if k] == s.draft_lengths  # steps with no proposal are not draft steps
+    assert_truthful_kinds(g.events)
     assert all(e.t >= 0 for e in g.events) and s.seconds >= g.events[-1].t
 
 
@@ -125,6 +155,80 @@ def test_max_new_tokens_is_exact(tiny, n):
     prop = DraftModelProposer(tiny.target, tiny.vocab)  # accepts everything: would overshoot
     g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=n, draft_tokens=8), prop).run()
     assert len(g.token_ids) == n and g.stats.stop_reason == "max_new_tokens"
+    assert_truthful_kinds(g.events)
+    # n = 2: after the prefill one token is left, no room for a proposal: a plain step, and its
+    # token is standard although the draft would have been right
+    expected = {1: ["standard"], 2: ["standard", "standard"], 3: ["standard", "accepted", "bonus"]}
+    if n in expected:
+        assert g.kinds == expected[n]
+
+
+def test_a_draft_the_target_rejects_earns_no_bonus(tiny):
+    """The issue's case: a weak draft under adaptive k, where the controller falls back to plain
+    steps. Those tokens are the target's alone (standard), never bonus: a run has no more bonus
+    tokens than accepted ones."""
+    dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=60, draft_tokens="adaptive"), prop).run()
+    kinds, s = g.kinds, g.stats
+    assert kinds.count("standard") > kinds.count("accepted")  # the fallback happened
+    assert kinds.count("bonus") <= kinds.count("accepted")
+    assert_truthful_kinds(g.events)
+    # alpha and tau count only the steps that proposed something; the plain share is apart
+    assert s.acceptance_rate == pytest.approx(kinds.count("accepted") / s.draft_tokens)
+    assert s.plain_step_share > 0.5 and s.plain_steps == kinds.count("standard")
+
+
+def test_running_stats_count_exactly_the_tokens_handed_out(tiny):
+    """Between steps, Generation.snapshot() is the engine's Stats for the events so far -- the
+    figures the app shows live -- and it ends equal to the final stats."""
+    dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
+    prop = DraftModelProposer(tiny.near_draft, tiny.vocab)
+    g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=25, draft_tokens=3), prop)
+    seen = []
+    snaps = []
+    for ev in g:
+        seen.append(ev)
+        snaps.append((len(seen), ev.step, g.snapshot()))
+    last_of_step = {}
+    for n, step, snap in snaps:
+        last_of_step[step] = (n, snap)
+    for step, (n, snap) in last_of_step.items():
+        upto = seen[:n]
+        assert snap.new_tokens == n and snap.target_forward_passes == step + 1
+        assert snap.accepted_draft_tokens == sum(e.kind is TokenKind.ACCEPTED for e in upto)
+        assert snap.plain_steps == sum(e.kind is TokenKind.STANDARD for e in upto)
+        assert snap.seconds >= upto[-1].t and snap.prefill_seconds == g.stats.prefill_seconds
+        assert snap.stop_reason == ("" if n < 25 else "max_new_tokens")
+    final = g.snapshot()
+    assert final.to_dict() == g.stats.to_dict()
+    assert final is not g.stats  # a copy: the app may keep it while the engine goes on
+
+
+def test_the_two_rates_hand_checked():
+    # 11 tokens in 3 s, the first after 1 s: end-to-end 11 / 3, decode 10 tokens / 2 s
+    s = Stats(new_tokens=11, seconds=3.0, prefill_seconds=1.0)
+    assert s.tokens_per_second == pytest.approx(11 / 3) and s.decode_tokens_per_second == pytest.approx(5.0)
+    one = Stats(new_tokens=1, seconds=1.0, prefill_seconds=1.0)
+    assert one.decode_tokens_per_second == 0.0 and one.tokens_per_second == 1.0
+    # tau over speculative steps: 3 steps emitted 10 tokens; 2 plain steps of 5 are apart
+    t = Stats(new_tokens=12, target_forward_passes=5, speculative_steps=3, speculative_step_tokens=10,
+              draft_tokens=12, accepted_draft_tokens=7)
+    assert t.mean_accepted_per_step == pytest.approx(10 / 3) and t.plain_steps == 2
+    assert t.plain_step_share == pytest.approx(0.4) and t.acceptance_rate == pytest.approx(7 / 12)
+
+
+def test_a_prompt_that_does_not_fit_the_context_is_refused_before_decoding(tiny):
+    """The tiny target holds 512 positions: the prompt plus the answer budget must fit."""
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    assert dec.context_length == 512
+    with pytest.raises(ContextError, match="600 tokens") as e:
+        dec.generate([5] * 600, DecodeSettings(max_new_tokens=4))  # refused at the call, not while iterating
+    assert (e.value.prompt_tokens, e.value.context) == (600, 512)
+    with pytest.raises(ContextError, match="lower max-new-tokens to 12"):
+        dec.generate([5] * 500, DecodeSettings(max_new_tokens=13))
+    g = dec.generate([5] * 500, DecodeSettings(max_new_tokens=12))  # exactly fits
+    assert len(g.run().token_ids) == 12
 
 
 def test_cache_rollback_equals_fresh_run(tiny):

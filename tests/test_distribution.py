@@ -24,6 +24,16 @@ N = 1000
 P_MIN = 1e-3  # seeded; a correct sampler sits well above this, a wrong one far below
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Thousands of tiny-model passes: a second thread only adds synchronisation (10x slower on
+    the shared 2-core CI machine), as in the app tests' tiny engine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def soft(tiny):
     target = soften(copy.deepcopy(tiny.target), 2.0)
@@ -106,6 +116,51 @@ def test_prompt_lookup_samples_follow_target(soft):
     p1, p2 = exact_marginals(target, params)
     firsts, seconds = draw(dec, params, PromptLookupProposer(max_ngram=2), n=1000)
     assert gof_pvalue(firsts, p1) > P_MIN and gof_pvalue(seconds, p2) > P_MIN
+
+
+@torch.inference_mode()
+def exact_third(model, params):
+    """p(t3) = sum_{t1, t2} p(t1) p(t2 | t1) p(t3 | t1, t2), from the warped distributions."""
+    p1 = probabilities(model(torch.tensor([PROMPT])).logits[0, -1:], params)[0].double()
+    v = p1.shape[0]
+    p2_given = probabilities(model(torch.tensor([PROMPT + [t] for t in range(v)])).logits[:, -1], params).double()
+    pairs = torch.tensor([PROMPT + [a, b] for a in range(v) for b in range(v)])
+    p3_given = probabilities(model(pairs).logits[:, -1], params).double()  # [V*V, V]
+    joint = (p1[:, None] * p2_given).reshape(-1)  # p(t1, t2), in the order of `pairs`
+    return (joint[:, None] * p3_given).sum(0)
+
+
+def test_adaptive_draft_length_keeps_the_target_distribution(tiny):
+    """Adaptive k is the default, and its confidence stop makes k depend on the draft's own
+    values: the draft keeps proposing while the product of its probabilities of its picks stays
+    above a threshold. That is exact only because the stop looks at the draft alone. Seeded:
+    the first three tokens -- the prefill's, then the first two a draft proposes, where k varies --
+    follow the target's warped distribution, and the same test rejects the draft's own.
+
+    The target is softened (many tokens in play), the draft is a sharp copy of the target plus
+    noise, so it is confident often enough that the first speculative step proposes 1 to 4."""
+    target = soften(copy.deepcopy(tiny.target), 2.0)
+    draft = tiny.near_draft
+    params = SamplingParams(temperature=0.5)
+    dec = Decoder(target, None, eos_token_ids=[])
+    prop = DraftModelProposer(draft, tiny.vocab)
+    tokens, first_k = [], []
+    for i in range(N):
+        # a budget of 6 leaves the first speculative step room for up to 5 proposals; no step
+        # before the third measures a cost, so the stop here depends on the draft's values only
+        s = DecodeSettings(max_new_tokens=6, sampling=params, draft_tokens="adaptive", seed=sample_seed(23, i))
+        g = dec.generate(PROMPT, s, prop).run()
+        tokens.append(g.token_ids[:3])
+        first_k.append(g.stats.draft_lengths[0])
+    counts = np.bincount(first_k)
+    assert np.count_nonzero(counts >= N // 20) >= 3, counts  # k really varied: 1, 2 and 3+ all common
+    p1, p2 = exact_marginals(target, params)
+    p3 = exact_third(target, params)
+    t1, t2, t3 = ([t[j] for t in tokens] for j in range(3))
+    assert gof_pvalue(t1, p1) > P_MIN and gof_pvalue(t2, p2) > P_MIN and gof_pvalue(t3, p3) > P_MIN
+    # power: the draft's distribution is another one, and the test sees it
+    q2 = exact_marginals(draft, params)[1]
+    assert gof_pvalue(t2, q2) < 1e-6 and gof_pvalue(t3, exact_third(draft, params)) < 1e-6
 
 
 # --- the pure acceptance function: convergence as the sample count grows (vLLM style) -------

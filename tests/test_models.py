@@ -430,12 +430,6 @@ def test_cuda_requested_without_cuda(monkeypatch):
     assert resolve_device("cpu") == "cpu"
 
 
-def test_nf4_on_cpu_is_refused(tmp_path):
-    target_dir, _ = save_pair(tmp_path)
-    with pytest.raises(ModelError, match="needs a CUDA GPU"):
-        load_model(str(target_dir), device="cpu", quantization="nf4")
-
-
 def test_dtype_auto_rules(monkeypatch):
     monkeypatch.setattr(device_mod, "cpu_has_fast_bf16", lambda: False)
     assert resolve_dtype("auto", "cpu") == "float32"
@@ -546,3 +540,35 @@ def test_run_models_report(fake_embedded, tmp_path):
     run_models(types.SimpleNamespace(json=True), out=out)
     report = json.loads(out.getvalue())
     assert report["default_pair"]["target"]["assembled"] is True
+
+
+def test_models_report_lists_the_last_loads_notes(tmp_path, capsys):
+    """`specdec models` loads nothing; it shows the notes the last load recorded (which kernels,
+    what was requantized, why a fallback happened), written by the CLI's own load."""
+    import io
+    import types
+
+    from specdec_core.cli_models import run_models
+    from specdec_core.models import last_load
+    from tiny_models import save_model
+
+    out = io.StringIO()
+    run_models(types.SimpleNamespace(json=False), out=out)
+    assert "Last load: none recorded yet" in out.getvalue()
+    tok = make_tokenizer()
+    folder = save_model(tmp_path / "m", make_model(len(tok), seed=0), tok)
+    from specdec_core.cli import main
+
+    assert main(["generate", "--target", str(folder), "--mode", "standard", "--prompt-ids", "1,2",
+                 "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    record = last_load.read()
+    assert record["target"]["notes"] and record["draft"] is None
+    for note in record["target"]["notes"]:
+        assert f"  - {note}" in err  # the CLI prints the notes under what it loaded
+    out = io.StringIO()
+    run_models(types.SimpleNamespace(json=False), out=out)
+    text = out.getvalue()
+    assert "Last load (" in text and f"target: {record['target']['name']}" in text
+    for note in record["target"]["notes"]:
+        assert f"    - {note}" in text

@@ -1,5 +1,7 @@
-"""Packaging checks that need no build: the PyInstaller spec names assets, scripts and hooks that
-exist, the entry point and version come from pyproject, the model-finding runtime hook works.
+"""Packaging checks that need no PyInstaller build, by behaviour: the spec is run (with
+PyInstaller's build steps recorded, not executed) and the bundle it describes is laid out and
+imported; the launcher is run; the wheel is built, its file list checked, and the bench and
+the app read their files from the installed wheel alone.
 
 The full build + self-test of the bundle is a separate command (minutes, GBs):
     bash packaging/build_linux.sh --self-test
@@ -7,12 +9,14 @@ The full build + self-test of the bundle is a separate command (minutes, GBs):
 
 from __future__ import annotations
 
-import ast
-import re
+import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "packaging"
 SPEC = PKG / "specdec-chat.spec"
+ASSETS = sorted(p.name for p in (ROOT / "app" / "assets").iterdir() if p.is_file())
 
 
 def _pyproject() -> dict:
@@ -27,66 +32,110 @@ def _pyproject() -> dict:
         return tomllib.load(f)["project"]
 
 
-def _spec_constants() -> dict:
-    """Top-level `NAME = <literal>` assignments of the spec (it is Python run by PyInstaller)."""
-    tree = ast.parse(SPEC.read_text(encoding="utf-8"))
-    out = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    return out
+# Runs a spec the way PyInstaller does (a Python file with SPECPATH, workpath and the build
+# classes in its namespace); the classes record their arguments instead of building.
+SPEC_RUNNER = textwrap.dedent("""
+    import json, os, sys, types
+    spec, work = sys.argv[1], sys.argv[2]
+    hooks = types.ModuleType("PyInstaller.utils.hooks")
+    hooks.collect_submodules = lambda name, filter=None: []
+    hooks.copy_metadata = lambda name: []
+    sys.modules.update({"PyInstaller": types.ModuleType("PyInstaller"),
+                        "PyInstaller.utils": types.ModuleType("PyInstaller.utils"),
+                        "PyInstaller.utils.hooks": hooks})
+    got = {}
+
+    def recorder(name):
+        def record(*args, **kwargs):
+            got[name] = {"args": [a for a in args if isinstance(a, (str, list))],
+                         "kwargs": {k: v for k, v in kwargs.items() if isinstance(v, (str, list, bool, type(None)))}}
+            return types.SimpleNamespace(binaries=[], datas=list(kwargs.get("datas", [])), pure=[], scripts=[])
+        return record
+
+    ns = {"__name__": "__main__", "__file__": spec, "SPECPATH": os.path.dirname(spec), "workpath": work}
+    ns.update({n: recorder(n) for n in ("Analysis", "PYZ", "EXE", "COLLECT", "BUNDLE")})
+    exec(compile(open(spec, encoding="utf-8").read(), spec, "exec"), ns)
+    print(json.dumps(got))
+""")
 
 
-def test_spec_bundles_the_assets_the_app_reads():
-    """The spec ships every file of assets/ into assets/ (where app/theme.py:assets_dir() looks
-    in a bundle); every asset the code names exists there."""
-    consts = _spec_constants()
-    assert consts["ASSET_DIR"] == "assets"
-    text = SPEC.read_text(encoding="utf-8")
-    assert "(ROOT / ASSET_DIR).iterdir()" in text and "(str(ROOT / ASSET_DIR / name), ASSET_DIR)" in text
-    theme = (ROOT / "app" / "theme.py").read_text(encoding="utf-8")
-    assert 'Path(base) / "assets"' in theme  # sys._MEIPASS/assets first
-    named = set()
-    for src in list((ROOT / "app").glob("*.py")):
-        code = src.read_text(encoding="utf-8")
-        named |= set(re.findall(r'assets_dir\(\) / "([^"]+)"', code))
-    named |= {"icon.svg", "icon.png"}  # theme.app_icon() loops over these names
-    assert {"palette.json", "style.qss"} <= named
-    for name in sorted(named):
-        assert (ROOT / "assets" / name).is_file(), f"the app reads assets/{name}, which does not exist"
+def run_spec(root: Path, work: Path) -> dict:
+    """The spec of the tree at `root`, run: {build step: its recorded arguments}."""
+    env = {**os.environ, "SPECDEC_BUNDLE_MODELS": "0"}  # the model parts are checked below, by name
+    r = subprocess.run([sys.executable, "-c", SPEC_RUNNER, str(root / "packaging" / SPEC.name), str(work)],
+                       capture_output=True, text=True, env=env, cwd=work, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_spec_script_and_runtime_hooks_exist():
-    text = SPEC.read_text(encoding="utf-8")
-    for rel in ("packaging/launcher.py", "packaging/rthook_models.py"):
-        a, b = rel.split("/")
-        assert f'"{a}" / "{b}"' in text, f"spec does not reference {rel}"
-        assert (ROOT / rel).is_file()
+@pytest.fixture(scope="module")
+def spec_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("spec-work")
+    return run_spec(ROOT, work), work
+
+
+def test_the_bundle_the_spec_describes_finds_its_assets(spec_run, tmp_path):
+    """Lay out the spec's data files as PyInstaller would, next to the app's modules, and let
+    the app read its palette, stylesheet, icons and race presets from there alone."""
+    got, _ = spec_run
+    bundle = tmp_path / "bundle"
+    for src, dest in got["Analysis"]["kwargs"]["datas"]:
+        target = bundle / dest
+        if Path(src).is_dir():
+            shutil.copytree(src, target / Path(src).name)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, target)
+    assert sorted(p.name for p in (bundle / "app" / "assets").iterdir()) == ASSETS  # every asset, nothing else
+    shutil.copytree(ROOT / "app", bundle / "app", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    code = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        import app.theme as theme
+        from app.race_view import load_presets
+        assert Path(theme.__file__).is_relative_to(Path.cwd()), theme.__file__
+        assert theme.Theme(False).values["bonus"]["bg"] and "QMainWindow" in theme.Theme(True).stylesheet()
+        assert all((theme.assets_dir() / n).is_file() for n in ("icon.svg", "icon.png"))
+        assert load_presets() and load_presets()[0]["prompt"]
+        print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(bundle), "QT_QPA_PLATFORM": "offscreen"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=bundle, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_spec_script_and_runtime_hooks_exist(spec_run):
+    got, _ = spec_run
+    assert got["Analysis"]["args"] == [[str(PKG / "launcher.py")]]
+    assert got["Analysis"]["kwargs"]["runtime_hooks"] == [str(PKG / "rthook_models.py")]
+    assert all(Path(p).is_file() for p in got["Analysis"]["args"][0] + got["Analysis"]["kwargs"]["runtime_hooks"])
+    assert got["EXE"]["kwargs"]["name"] == "specdec-chat" and got["COLLECT"]["kwargs"]["name"] == "specdec-chat"
     for script in ("build_linux.sh", "selftest_clean_env.sh"):
         r = subprocess.run(["bash", "-n", str(PKG / script)], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
 
 
-def test_entry_point_is_the_pyproject_one():
-    consts = _spec_constants()
-    scripts = _pyproject()["scripts"]
-    assert consts["ENTRY_POINT"] == scripts["specdec-chat"] == "app.main:main"
-    launcher = (PKG / "launcher.py").read_text(encoding="utf-8")
-    module, attr = consts["ENTRY_POINT"].split(":")
-    assert f"from {module} import {attr}" in launcher
-    import importlib
-
-    assert callable(getattr(importlib.import_module(module), attr))
+def test_the_launcher_runs_the_pyproject_entry_point(tmp_path):
+    assert _pyproject()["scripts"]["specdec-chat"] == "app.main:main"
+    r = subprocess.run([sys.executable, str(PKG / "launcher.py"), "--version"], capture_output=True, text=True,
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == f"specdec-chat {_pyproject()['version']}", r.stderr
 
 
-def test_version_from_pyproject_only(capsys):
+def test_the_version_comes_from_pyproject_only(tmp_path, capsys):
+    """Change the version in a copy of the tree: the spec's bundle metadata follows it."""
+    root = tmp_path / "tree"
+    for part in ("app", "specdec_core", "packaging"):
+        shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "dist", "build"))
     version = _pyproject()["version"]
-    text = SPEC.read_text(encoding="utf-8")
-    assert 'tomllib.load(f)["project"]' in text and 'VERSION = PROJECT["version"]' in text
-    assert version not in text.replace('"version"', ""), "the spec must not hard-code the version"
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'version = "{version}"' in text
+    (root / "pyproject.toml").write_text(text.replace(f'version = "{version}"', 'version = "9.8.7"'), encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    run_spec(root, work)
+    meta = work / "meta" / "specdec_chat-9.8.7.dist-info" / "METADATA"
+    assert "Version: 9.8.7" in meta.read_text(encoding="utf-8").splitlines()
     from app.main import main
 
     assert main(["--version"]) == 0
@@ -140,3 +189,48 @@ def test_runtime_hook_finds_model_distributions_but_imports_nothing(tmp_path):
                                   "macos/build_macos.sh", ".gitignore"])
 def test_recipes_present(name):
     assert (PKG / name).is_file()
+
+
+def test_the_wheel_ships_the_files_the_code_reads(tmp_path):
+    """`pip install .` (not editable) must work: build the wheel offline, check its file list,
+    then read the bench's built-in prompts and the app's assets from the unpacked wheel alone
+    (a wheel installed into a fresh venv once failed: no such file .../site-packages/assets/...)."""
+    src = tmp_path / "src"
+    for part in ("app", "specdec_core"):
+        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "-q", "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = (tmp_path / "dist").glob("specdec_chat-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped_assets = sorted(n.split("/")[-1] for n in names if n.startswith("app/assets/"))
+    assert shipped_assets == ASSETS
+    kernel_sources = {f"specdec_core/cpu/kernels/{n}" for n in ("quants.c", "forward.c", "features.c", "sdcpu.h",
+                                                                  "dot_portable.h", "dot_x86.h", "dot_neon.h")}
+    assert {"specdec_core/bench/bench_prompts.jsonl", "app/main.py", "specdec_core/cli.py",
+            "specdec_core/models/last_load.py"} | kernel_sources <= names
+    assert not [n for n in names if n.startswith(("assets/", "tests/", "docs/"))]
+    # every package of the source tree is in the wheel
+    for init in list(ROOT.glob("specdec_core/**/__init__.py")) + [ROOT / "app" / "__init__.py"]:
+        assert init.relative_to(ROOT).as_posix() in names, init
+    dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/entry_points.txt"))
+    entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
+    assert "specdec = specdec_core.cli:main" in entry_points and "specdec-chat = app.main:main" in entry_points
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = textwrap.dedent("""
+        from pathlib import Path
+        from specdec_core.bench.prompts import BUILTIN_PROMPTS, load_prompts
+        import app.theme as theme
+        from app.race_view import load_presets
+        site = Path.cwd()
+        assert BUILTIN_PROMPTS.is_relative_to(site) and theme.assets_dir().is_relative_to(site)
+        assert len(load_prompts(categories=["code"])) >= 2 and load_presets()
+        assert theme.Theme(False).values and theme.Theme(False).stylesheet()
+        print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(site), "QT_QPA_PLATFORM": "offscreen"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=site, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

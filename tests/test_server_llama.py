@@ -112,10 +112,7 @@ def test_kinds_rebuilt_from_the_counters_equal_our_engine_on_the_same_pair(serve
     target, draft = tiny_pair_models(0.05)
     ref = Decoder(target, tok, [2, 0]).generate(ids, settings(n), DraftModelProposer(draft, len(tok))).run()
     assert gen.token_ids == ref.token_ids
-    # a step that proposed nothing is plain: `standard` (the engine of this branch still calls
-    # such a step's token `bonus`; its draft_length 0 says what it was)
-    ref_kinds = ["standard" if e.draft_length == 0 else e.kind.value for e in ref.events]
-    assert gen.kinds == ref_kinds
+    assert gen.kinds == ref.kinds
     assert {"accepted", "corrected"} <= set(gen.kinds)
     s, r = gen.stats, ref.stats
     assert (s.draft_tokens, s.accepted_draft_tokens) == (r.draft_tokens, r.accepted_draft_tokens)
@@ -123,6 +120,8 @@ def test_kinds_rebuilt_from_the_counters_equal_our_engine_on_the_same_pair(serve
     assert s.per_position_accepted == r.per_position_accepted
     assert s.draft_lengths == r.draft_lengths
     assert s.target_forward_passes == r.target_forward_passes and s.server["steps_exact"]
+    assert (s.speculative_steps, s.speculative_step_tokens) == (r.speculative_steps, r.speculative_step_tokens)
+    assert s.mean_accepted_per_step == r.mean_accepted_per_step and s.last_draft_length == r.last_draft_length
     assert s.new_tokens == len(gen.events) == r.new_tokens
     assert [e.draft_length for e in gen.events] == [e.draft_length for e in ref.events]
 
@@ -453,6 +452,22 @@ def test_a_server_without_a_draft_decodes_standard(ggufs):
                               cancel=threading.Event()).run()
         st = gen.stats
         assert set(gen.kinds) == {"standard"} and st.mode == "standard" and st.draft_tokens == 0
-        assert st.target_forward_passes == st.new_tokens == 12 and st.mean_accepted_per_step == 1.0
+        assert st.target_forward_passes == st.new_tokens == 12 and st.plain_step_share == 1.0
+        assert st.speculative_steps == 0 and st.mean_accepted_per_step == 0.0  # no speculative step: no tau
     finally:
         s.stop()
+
+
+def test_running_snapshots_count_the_tokens_seen(server):
+    """What the app shows while an answer streams: the stats of exactly the tokens so far."""
+    from specdec_core.server import connect
+
+    engine = connect(server.url)
+    gen = engine.generate(engine.encode_prompt(PROMPT), settings(20), cancel=threading.Event())
+    drafted = []
+    for ev in gen:
+        snap = gen.snapshot()  # the tiny vocabulary is ASCII: one chunk per token
+        assert snap.new_tokens == len(gen.events) and snap.stop_reason == ""
+        assert snap.speculative_step_tokens == sum(e.kind.value != "standard" for e in gen.events)
+        drafted.append(snap.draft_tokens)
+    assert drafted == sorted(drafted) and gen.snapshot() is gen.stats and gen.stats.stop_reason == "max_new_tokens"

@@ -25,7 +25,7 @@ def add_bench_parser(sub) -> None:
     add_model_args(b)
     b.add_argument("--prompts", metavar="FILE",
                    help='JSONL of {"category": ..., "prompt": ...} or {"category": ..., "messages": [...]} '
-                        "(default: the built-in set in assets/bench_prompts.jsonl)")
+                        "(default: the built-in set, specdec_core/bench/bench_prompts.jsonl)")
     b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
     b.add_argument("--limit", type=int_at_least("--limit"), metavar="N", help="at most N prompts per category")
     b.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
@@ -99,7 +99,8 @@ def _run(args) -> int:
     from .plots import write_plots
     from .prompts import load_prompts
     from .report import build_rows, render_markdown, summarize, write_json
-    from .runner import NEAR_TIE_MARGIN, RunSettings, run_suite
+    from ..events import near_tie_margin
+    from .runner import RunSettings, run_suite
 
     # -- check everything before loading any model ----------------------------------------
     draft_lengths = parse_draft_lengths(args.draft_tokens)
@@ -157,7 +158,7 @@ def _run(args) -> int:
             raise BenchError("--baseline llama.cpp compares on the same GGUF files: give GGUF target and draft SPECs")
         llama = LlamaCpp(args.llama_cpp, engine.target.gguf_path,
                          engine.draft.gguf_path if engine.draft is not None else None, torch.get_num_threads())
-    near_tie = NEAR_TIE_MARGIN.get(engine.target.info.dtype.replace("torch.", ""), 1e-2)
+    near_tie = near_tie_margin(engine.target.info.dtype)
     with PeakMemory(engine.target.info.device) as memory:
         raw = run_suite(engine, prompts, modes, settings, memory, baseline,
                         progress=not args.no_progress, near_tie=near_tie, llama=llama)
@@ -175,7 +176,7 @@ def _run(args) -> int:
         "settings": {
             "prompts": len(prompts),
             "categories": list(dict.fromkeys(p.category for p in prompts)),
-            "prompt_file": str(Path(args.prompts).name) if args.prompts else "assets/bench_prompts.jsonl",
+            "prompt_file": str(Path(args.prompts).name) if args.prompts else "specdec_core/bench/bench_prompts.jsonl",
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature,
             "top_k": args.top_k,
@@ -208,17 +209,20 @@ def _print_summary(report: dict, out: Path) -> None:
 
     overall = report["summary"]["overall"]
     greedy = report["settings"]["temperature"] == 0
-    print(f"{'mode':<24} {'tok/s':>7} {'x std':>6} {'x hf-asst':>9} {'x llama':>7} {'alpha':>6} {'tau':>5}"
-          + ("  identical" if greedy else ""))
+    # tok/s end-to-end (prefill included) and decode (after the first token): Stats' two rates
+    print(f"{'mode':<28} {'tok/s e2e':>9} {'decode':>6} {'x std':>6} {'x hf-asst':>9} {'x llama':>7} {'alpha':>6} "
+          f"{'tau':>5} {'plain':>5}" + ("  identical" if greedy else ""))
     for m in report["modes"]:
         f = overall[m["name"]]
 
         def num(v, fmt):
             return format(v, fmt) if v is not None else "-"
 
-        line = (f"{m['name']:<24} {num(f['tokens_per_second'], '7.1f')} {num(f['speedup_vs_standard'], '6.2f')} "
-                f"{num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} {num(f.get('speedup_vs_' + LLAMACPP), '7.2f')} "
-                f"{num(f['acceptance_rate'], '6.0%')} {num(f['mean_accepted_per_step'], '5.2f')}")
+        line = (f"{m['name']:<28} {num(f['tokens_per_second'], '9.1f')} {num(f['decode_tokens_per_second'], '6.1f')} "
+                f"{num(f['speedup_vs_standard'], '6.2f')} {num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} "
+                f"{num(f.get('speedup_vs_' + LLAMACPP), '7.2f')} "
+                f"{num(f['acceptance_rate'], '6.0%')} {num(f['mean_accepted_per_step'], '5.2f')} "
+                f"{num(f['plain_step_share'], '5.0%')}")
         if greedy:
             line += f"  {f['identical']}/{f['compared']}" if f["compared"] else "  -"
         print(line)

@@ -24,6 +24,15 @@ class HFResult:
     first_token_at: float | None  # perf_counter() when the first new token reached the streamer
     target_forward_passes: int
     draft_forward_passes: int
+    started_at: float = 0.0  # perf_counter() when generate() was called
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens after the first over the time after the first token: our Stats' definition."""
+        if self.first_token_at is None or len(self.token_ids) < 2:
+            return 0.0
+        dt = self.seconds - (self.first_token_at - self.started_at)
+        return (len(self.token_ids) - 1) / dt if dt > 0 else 0.0
 
 
 def clean_config(max_new_tokens: int, temperature: float, top_k: int, top_p: float,
@@ -134,4 +143,4 @@ class HFBaseline:
                 seconds = time.perf_counter() - t0
                 draft_passes = 0
         new = out[0, len(prompt_ids):].tolist()
-        return HFResult(new, seconds, streamer.first_token_at, tp[0], draft_passes)
+        return HFResult(new, seconds, streamer.first_token_at, tp[0], draft_passes, t0)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import BenchError
 
-BUILTIN_PROMPTS = Path(__file__).resolve().parents[2] / "assets" / "bench_prompts.jsonl"
+BUILTIN_PROMPTS = Path(__file__).resolve().parent / "bench_prompts.jsonl"  # package data: ships in the wheel
 ROLES = ("system", "user", "assistant")
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 
-METRICS = ("tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate", "mean_accepted_per_step",
-           "peak_memory_bytes", "new_tokens", "target_forward_passes", "draft_forward_passes", "mean_draft_length")
+METRICS = ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate",
+           "mean_accepted_per_step", "plain_step_share", "peak_memory_bytes", "new_tokens", "target_forward_passes",
+           "draft_forward_passes", "mean_draft_length")
 REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED, LLAMACPP)
 # per prompt, the fastest of llama.cpp's modes (plain, speculative at its default, tuned)
 LLAMACPP_BEST = "llama.cpp-best"
@@ -100,8 +101,8 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
     sel = [r for r in rows if cats is None or r["category"] in cats]
     mine = {r["prompt_id"]: r for r in sel if r["mode"] == mode.name and r["tokens_per_second"] is not None}
     f = {"prompts": len(mine)}
-    for k in ("tokens_per_second", "latency_s", "ttft_s", "acceptance_rate", "mean_accepted_per_step",
-              "peak_memory_bytes", "mean_draft_length", "new_tokens"):
+    for k in ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "acceptance_rate",
+              "mean_accepted_per_step", "plain_step_share", "peak_memory_bytes", "mean_draft_length", "new_tokens"):
         f[k] = _median([r[k] for r in mine.values()])
     f["tokens_per_second_min"] = min((r["stats"]["tokens_per_second"]["min"] for r in mine.values()), default=None)
     f["tokens_per_second_max"] = max((r["stats"]["tokens_per_second"]["max"] for r in mine.values()), default=None)
@@ -209,9 +210,10 @@ def render_markdown(report: dict, plots: list[str]) -> str:
 
     # -- headline -----------------------------------------------------------------------
     L.append(f"## Headline: median over all {len({r['prompt_id'] for r in report['rows']})} prompts\n")
-    L.append("tok/s = new tokens / generation time (prefill included). Speedups are per-prompt ratios on the "
+    L.append("tok/s = new tokens / generation time (end-to-end: prefill included); decode tok/s = tokens after "
+             "the first / time after the first token. Speedups are per-prompt ratios of end-to-end tok/s on the "
              "same prompt in the same interleaved run, median over prompts [min–max over prompts].\n")
-    head = ["mode", "tok/s", "× standard"]
+    head = ["mode", "tok/s", "decode tok/s", "× standard"]
     if HF_GENERATE in has:
         head.append("× hf generate")
     if HF_ASSISTED in has:
@@ -219,14 +221,14 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     llama = LLAMACPP in has
     if llama:
         head += ["× llama.cpp", "× llama.cpp best"]
-    head += ["latency s", "TTFT s", "α accept", "τ tokens/step", "mean k"]
+    head += ["latency s", "TTFT s", "α accept", "τ tokens/spec. step", "plain steps", "mean k"]
     if greedy:
         head.append("identical")
     L.append("| " + " | ".join(head) + " |")
     L.append("|" + "---|" * len(head))
     for name in names:
         f = overall[name]
-        cells = [_mode_label(name), _f(f["tokens_per_second"], 1),
+        cells = [_mode_label(name), _f(f["tokens_per_second"], 1), _f(f["decode_tokens_per_second"], 1),
                  f"{_x(f['speedup_vs_standard'])} [{_f(f['speedup_vs_standard_min'])}–{_f(f['speedup_vs_standard_max'])}]"
                  if name != STANDARD else "1×"]
         if HF_GENERATE in has:
@@ -236,7 +238,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         if llama:
             cells += ["1×" if name == LLAMACPP else _x(f[f"speedup_vs_{LLAMACPP}"]), _x(f[f"speedup_vs_{LLAMACPP_BEST}"])]
         cells += [_f(f["latency_s"]), _f(f["ttft_s"]), _pct(f["acceptance_rate"]),
-                  _f(f["mean_accepted_per_step"]), _f(f["mean_draft_length"], 1)]
+                  _f(f["mean_accepted_per_step"]), _pct(f["plain_step_share"]), _f(f["mean_draft_length"], 1)]
         if greedy:
             cells.append(_ident(f))
         L.append("| " + " | ".join(cells) + " |")
@@ -271,7 +273,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
         L.append("")
     spec = [n for n in names if Mode(**next(x for x in report["modes"] if x["name"] == n)).proposes]
     if spec:
-        L.append("### Acceptance α and tokens per verification τ, by category\n")
+        L.append("### Acceptance α and tokens per speculative step τ, by category\n")
         L.append("| mode | " + " | ".join(cats) + " |")
         L.append("|---|" + "---|" * len(cats))
         for name in spec:
@@ -364,8 +366,10 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     L.append("- **latency** is end to end: chat template and tokenization, generation, and detokenization to the final "
              "text. **TTFT** is from the same start to the first new token. **tok/s** is new tokens over "
              "generation time (prefill included, tokenization excluded), the same definition for every mode.")
-    L.append("- **α** (acceptance rate) = accepted / proposed draft tokens; **τ** = new tokens per target forward "
-             "pass (prefill counted as one pass); **mean k** = average draft length actually proposed.")
+    L.append("- **α** (acceptance rate) = accepted / proposed draft tokens; **τ** = tokens emitted per speculative "
+             "step (a target pass that verified k ≥ 1 proposed tokens); **plain steps** = the share of target passes "
+             "that proposed nothing (the prefill, steps the adaptive controller left to the target, no lookup "
+             "match), whose tokens are `standard`; **mean k** = average draft length of the speculative steps.")
     if llama:
         L.append(f"- **llama.cpp** is llama.cpp's `llama-completion` (plain decoding) and `llama-speculative-simple "
                  f"--spec-type draft-simple` (its speculative decoding: at its default draft length, and tuned with "
@@ -380,8 +384,8 @@ def render_markdown(report: dict, plots: list[str]) -> str:
                  "`model.generate(assistant_model=draft)` on the same loaded models and prompt ids, with a clean "
                  "GenerationConfig (no repetition penalty or sampling defaults from the models' "
                  "generation_config.json) and transformers' default assisted settings (num_assistant_tokens=20, "
-                 "constant schedule, confidence threshold 0.4). τ for them counts the target's forward calls; "
-                 "transformers does not report α.")
+                 "constant schedule, confidence threshold 0.4). τ for assisted generation is its tokens after the "
+                 "first per target forward call after the prefill; transformers does not report α.")
     L.append("- **Speedups** are per-prompt ratios of median tok/s, then the median over prompts.")
     L.append("")
     if plots:

@@ -11,7 +11,12 @@ Timings (all time.perf_counter, seconds):
   latency_s   end to end: chat template + tokenization -> generation -> final text
   ttft_s      from the same start to the first generated token being available
   generate_s  generation alone (our decoder's Stats.seconds; generate()'s wall time for hf)
-  tokens_per_second = new_tokens / generate_s
+  tokens_per_second         = new_tokens / generate_s (end-to-end: the prefill included)
+  decode_tokens_per_second  = (new_tokens - 1) / (generate_s - time to the first token)
+Both are Stats' own properties for our modes (the one definition the app shows too).
+τ counts tokens per speculative step (Stats.mean_accepted_per_step); a mode that proposes
+nothing has none. `kinds` counts the tokens of each kind (no run holds more bonus tokens
+than accepted ones: a bonus needs all of its step's k >= 1 proposals accepted).
 """
 
 from __future__ import annotations
@@ -22,12 +27,6 @@ import time
 from dataclasses import dataclass
 
 from .modes import HF_ASSISTED, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
-
-# A divergence at a target top-2 logit margin at or below this is a floating-point near-tie
-# (the two candidate tokens score the same to within the precision's rounding); above it,
-# a difference in text at temperature 0 would point to a bug.
-NEAR_TIE_MARGIN = {"float32": 1e-2, "bfloat16": 0.25, "float16": 0.1}
-
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -198,8 +197,12 @@ def _run_engine(engine, prompt, mode, settings, seed, memory, rec) -> dict:
         generate_s=s.seconds,
         detokenize_s=t_end - t_gen,
         tokens_per_second=s.tokens_per_second,
-        acceptance_rate=s.acceptance_rate if proposes else None,
-        mean_accepted_per_step=s.mean_accepted_per_step,
+        decode_tokens_per_second=s.decode_tokens_per_second,
+        # a run whose steps proposed nothing (no lookup match) has no alpha or tau, not zeros
+        acceptance_rate=s.acceptance_rate if proposes and s.draft_tokens else None,
+        mean_accepted_per_step=s.mean_accepted_per_step if proposes and s.speculative_steps else None,
+        plain_step_share=s.plain_step_share if proposes else None,
+        kinds={k: gen.kinds.count(k) for k in ("accepted", "corrected", "bonus", "standard")},
         target_forward_passes=s.target_forward_passes,
         draft_forward_passes=s.draft_forward_passes,
         per_position_proposed=list(s.per_position_proposed) if proposes else [],
@@ -239,8 +242,14 @@ def _run_hf(engine, prompt, mode, settings, seed, memory, hf, rec) -> dict:
         generate_s=res.seconds,
         detokenize_s=t_end - t_gen,
         tokens_per_second=n / res.seconds if res.seconds > 0 else 0.0,
+        decode_tokens_per_second=res.decode_tokens_per_second,
         acceptance_rate=None,  # transformers does not report it
-        mean_accepted_per_step=n / res.target_forward_passes if res.target_forward_passes else None,
+        # assisted: every forward call after the prefill verifies a proposal, so tokens after the
+        # first per call after the first is its tokens per speculative step; plain generate has none
+        mean_accepted_per_step=((n - 1) / (res.target_forward_passes - 1)
+                                if mode.kind == HF_ASSISTED and res.target_forward_passes > 1 else None),
+        plain_step_share=None,
+        kinds=None,
         target_forward_passes=res.target_forward_passes,
         draft_forward_passes=res.draft_forward_passes,
         per_position_proposed=[],

@@ -298,17 +298,24 @@ class CPUModel:
     seconds: dict[str, float]  # where the load's time went
 
 
-def file_type_name(f: GGUFFile) -> str:
+def file_type_name(meta: dict, matrix_types: list[int]) -> str:
+    """A GGUF's quantization as people name it ("Q4_K_M"): general.file_type, else the most
+    common type among its matrices."""
     import gguf
 
-    ft = f.meta.get("general.file_type")
+    ft = meta.get("general.file_type")
     if isinstance(ft, int):
         try:
             return gguf.LlamaFileType(ft).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             pass
-    types = [t.type_name for t in f.tensors.values() if len(t.shape) == 2]
-    return max(set(types), key=types.count) if types else "unknown"
+    if not matrix_types:
+        return "unknown"
+    common = max(set(matrix_types), key=matrix_types.count)
+    try:
+        return gguf.GGMLQuantizationType(common).name
+    except ValueError:
+        return f"type{common}"
 
 
 def load(path: str | Path, tokenizer_cache: Path | None = None, progress=None) -> CPUModel:
@@ -335,7 +342,8 @@ def load(path: str | Path, tokenizer_cache: Path | None = None, progress=None) -
                                                pad_token_id=tokenizer.pad_token_id,
                                                bos_token_id=getattr(config, "bos_token_id", None))
     name = f.meta.get("general.name")
-    return CPUModel(model, tokenizer, eos, f, report, file_type_name(f),
+    return CPUModel(model, tokenizer, eos, f, report,
+                    file_type_name(f.meta, [t.ggml_type for t in f.tensors.values() if len(t.shape) == 2]),
                     name if isinstance(name, str) and name else path.stem, seconds)
 
 

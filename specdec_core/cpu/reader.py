@@ -114,9 +114,10 @@ class _Cursor:
 
 class GGUFFile:
     """A GGUF file, mapped: `meta` (string arrays as their lengths unless named in
-    `keep_arrays`), `tensors` by name, `raw(name)` for a tensor's bytes in place."""
+    `keep_arrays`), `tensors` by name, `raw(name)` for a tensor's bytes in place.
+    check_size=False: a file shorter than its tensors is read anyway (to describe it)."""
 
-    def __init__(self, path: str | Path, keep_arrays: tuple[str, ...] = ()):
+    def __init__(self, path: str | Path, keep_arrays: tuple[str, ...] = (), check_size: bool = True):
         self.path = Path(path)
         try:
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
@@ -130,7 +131,7 @@ class GGUFFile:
             raise GGUFError(f"{self.path} is truncated or corrupt (cannot read its header: {type(e).__name__})") from None
         size = len(self._map)
         end = max((t.offset + t.nbytes for t in self.tensors.values()), default=0)
-        if end > size:
+        if check_size and end > size:
             raise GGUFError(f"{self.path} is truncated: its tensors need {end:,} bytes but the file has {size:,}")
 
     def _parse(self, keep_arrays):

@@ -11,8 +11,10 @@ The "auto" rules, in one place so the CLI, the GUI and the docs agree:
       bf16 matmuls on CPU, which is slower than float32 and also less accurate, so the
       halved memory is not worth it.
 * quantization default: nf4 (bitsandbytes 4-bit) for a *target* on CUDA; none elsewhere
-  (bitsandbytes' CPU kernels are slow, and the draft is small anyway). GGUF files keep
-  their own quantization -- transformers dequantizes them to `dtype` on load.
+  (bitsandbytes' CPU kernels are slow, and the draft is small anyway). Asked for, nf4 and int8
+  also run on CPU through bitsandbytes' CPU backend (slower than on a GPU, said in a load note);
+  Apple MPS has no bitsandbytes backend here, so it is refused there. GGUF files keep their own
+  quantization.
 """
 
 from __future__ import annotations
@@ -114,11 +116,20 @@ def resolve_quantization(quantization: str | None, *, role: str, device: str, is
         return "none"
     if quantization is None:
         return "nf4" if (role == "target" and device.startswith("cuda")) else "none"
-    if quantization != "none" and not device.startswith("cuda"):
+    if quantization != "none" and device not in ("cpu",) and not device.startswith("cuda"):
         raise ModelError(
-            f"--quantization {quantization} needs a CUDA GPU (bitsandbytes); on {device} use --quantization none"
+            f"--quantization {quantization} runs on a CUDA GPU or the CPU (bitsandbytes); on {device} use "
+            "--quantization none or --device cpu"
         )
     return quantization
+
+
+def bnb_note(quantization: str, device: str) -> str | None:
+    """The one-line note a bitsandbytes load on CPU carries (None where there is nothing to say)."""
+    if quantization not in ("nf4", "int8") or device != "cpu":
+        return None
+    return (f"{quantization} through bitsandbytes' CPU backend: it runs, but slowly (each layer is "
+            "dequantized per pass); a CUDA GPU is where bitsandbytes is fast")
 
 
 def bnb_config(quantization: str, compute_dtype: str):
@@ -133,6 +144,11 @@ def bnb_config(quantization: str, compute_dtype: str):
     from transformers import BitsAndBytesConfig
 
     if quantization == "int8":
+        # LLM.int8() casts activations to float16 on every call and logs that each time: once
+        # is enough to know (the load note says int8 computes in float16 on CPU)
+        import logging
+
+        logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
         return BitsAndBytesConfig(load_in_8bit=True)
     return BitsAndBytesConfig(
         load_in_4bit=True,

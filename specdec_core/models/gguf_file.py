@@ -39,6 +39,6 @@ def inspect_gguf(path: str | Path) -> GgufSummary:
         path=path,
         architecture=f.architecture,
         name=name if isinstance(name, str) and name else path.stem,
-        quantization=file_type_name(f),
+        quantization=file_type_name(f.meta, [t.ggml_type for t in f.tensors.values() if len(t.shape) == 2]),
         tensor_count=len(f.tensors),
     )

@@ -21,21 +21,19 @@ def _patterns(allow_pickle: bool) -> list[str]:
     return _BASE_PATTERNS + (_PICKLE_PATTERNS if allow_pickle else [])
 
 
-def _progress_tqdm(progress: Progress | None, label: str):
-    """A tqdm class that also reports to `progress` (the GUI has no terminal to draw on)."""
-    from tqdm.auto import tqdm
+def has_weights(folder: Path, allow_pickle: bool = False) -> bool:
+    """Whether a snapshot folder holds model weights (all shards, when an index names them)."""
+    import json
 
-    if progress is None:
-        return tqdm
-
-    class _Reporting(tqdm):
-        def update(self, n=1):
-            out = super().update(n)
-            if self.total:
-                progress(f"downloading {label}", min(1.0, self.n / self.total))
-            return out
-
-    return _Reporting
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return all((folder / s).is_file() for s in shards)
+    suffixes = (".safetensors",) + ((".bin", ".pt", ".pth") if allow_pickle else ())
+    return any(p.name.endswith(suffixes) and p.is_file() for p in folder.iterdir())
 
 
 def _offline_error(label: str) -> ModelError:
@@ -69,6 +67,22 @@ def _translate(e: Exception, label: str) -> ModelError:
     return ModelError(f"could not download {label} from the hub: {type(e).__name__}: {e}")
 
 
+def _download(spec: str, label: str, progress: Progress | None, allow_pickle: bool) -> Path:
+    """A download with byte progress that resumes where a stopped one ended (download.py)."""
+    from .download import DownloadCancelled, download
+
+    def report(p) -> None:
+        if progress:
+            progress(f"downloading {label}", p.fraction)
+
+    if progress:
+        progress(f"downloading {label}", None)
+    try:
+        return download(spec, report, None, allow_pickle)
+    except DownloadCancelled as e:  # not from here (no cancel is passed), but never a traceback
+        raise ModelError(str(e)) from None
+
+
 def snapshot(repo_id: str, *, allow_pickle: bool, progress: Progress | None = None) -> Path:
     """Local folder of hub model `repo_id`: from the HF cache if there, else downloaded."""
     from huggingface_hub import snapshot_download
@@ -76,19 +90,16 @@ def snapshot(repo_id: str, *, allow_pickle: bool, progress: Progress | None = No
 
     patterns = _patterns(allow_pickle)
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+        folder = Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+        # a snapshot holding only the tokenizer files (fetched to check a draft's compatibility)
+        # or cut short by a cancelled download is not the model: fetch the rest below
+        if has_weights(folder, allow_pickle):
+            return folder
     except hf_errors.LocalEntryNotFoundError:
         pass  # not cached: download below
     except Exception as e:  # noqa: BLE001 -- anything else is a real error worth reporting
         raise _translate(e, repo_id) from None
-    if progress:
-        progress(f"downloading {repo_id}", None)
-    try:
-        return Path(
-            snapshot_download(repo_id, allow_patterns=patterns, tqdm_class=_progress_tqdm(progress, repo_id))
-        )
-    except Exception as e:  # noqa: BLE001
-        raise _translate(e, repo_id) from None
+    return _download(repo_id, repo_id, progress, allow_pickle)
 
 
 def gguf_file(repo_id: str, filename: str, *, progress: Progress | None = None) -> Path:
@@ -103,10 +114,4 @@ def gguf_file(repo_id: str, filename: str, *, progress: Progress | None = None) 
         pass
     except Exception as e:  # noqa: BLE001
         raise _translate(e, label) from None
-    if progress:
-        progress(f"downloading {label}", None)
-    try:
-        # hf_hub_download has no tqdm_class hook: the CLI gets huggingface_hub's own bar.
-        return Path(hf_hub_download(repo_id, filename))
-    except Exception as e:  # noqa: BLE001
-        raise _translate(e, label) from None
+    return _download(label, label, progress, False)

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from . import default_pair, hub
-from .device import bnb_config, resolve_device, resolve_dtype, resolve_quantization, torch_dtype
+from .device import bnb_config, bnb_note, resolve_device, resolve_dtype, resolve_quantization, torch_dtype
 from .errors import ModelError
 from .gguf import load_gguf
 from .spec import Spec, parse_spec
@@ -39,7 +39,26 @@ def measure_memory(model, device: str, gpu_before: int) -> int:
     and the page cache happen to do (the RSS delta is reported as a note)."""
     if device.startswith("cuda"):
         return max(0, _gpu_allocated(device) - gpu_before)
-    return int(model.get_memory_footprint(return_buffers=True))
+    return int(model.get_memory_footprint(return_buffers=True)) + _bnb_state_bytes(model)
+
+
+def _bnb_state_bytes(model) -> int:
+    """bitsandbytes keeps each 4-bit layer's scales (absmax, and with double quantization their
+    own scales and code book) in a quant_state beside the packed weight, and each int8 layer's
+    row scales (SCB) on the weight: neither is a parameter or buffer, so the footprint above
+    leaves them out."""
+    total = 0
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        tensors = []
+        if qs is not None:
+            tensors += [qs.absmax, getattr(qs, "code", None)]
+            inner = getattr(qs, "state2", None)
+            if inner is not None:
+                tensors += [inner.absmax, getattr(inner, "code", None), getattr(qs, "offset", None)]
+        tensors.append(getattr(p, "SCB", None))
+        total += sum(t.numel() * t.element_size() for t in tensors if t is not None and hasattr(t, "numel"))
+    return total
 
 
 # ---------------------------------------------------------------- safetensors folders
@@ -117,7 +136,8 @@ def _load_any(sp: Spec, role: str, *, device: str, dtype: str, quantization: str
         name = sp.path.resolve().name
     model, tok = _load_folder(folder, sp.value, device=device, dtype=dtype, quantization=quant,
                               trust_remote_code=trust_remote_code, allow_pickle=allow_pickle, progress=progress)
-    return dict(model=model, tokenizer=tok, name=name, source=sp.value, quant=quant, notes=[])
+    note = bnb_note(quant, device)
+    return dict(model=model, tokenizer=tok, name=name, source=sp.value, quant=quant, notes=[note] if note else [])
 
 
 def _translate(e: BaseException, spec: str, device: str) -> ModelError:
@@ -131,7 +151,7 @@ def _translate(e: BaseException, spec: str, device: str) -> ModelError:
     ):
         return ModelError(
             f"out of memory while loading {spec} on {device}; close other programs, pick a smaller model, "
-            "use --quantization nf4 (CUDA), or a smaller --dtype"
+            "use --quantization nf4 (a safetensors model), or a smaller --dtype"
         )
     if "trust_remote_code" in text:
         return ModelError(

@@ -109,6 +109,8 @@ def _llama(endpoint: Endpoint, model: dict, props: dict) -> ServerEngine:
     info.memory_bytes = int(meta.get("size") or 0)
     info.notes.append(f"llama-server build {props.get('build_info', '?')}, {props.get('total_slots', '?')} slot(s), "
                       f"context {meta.get('n_ctx', '?')} tokens")
+    n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")  # one slot's context
+    engine.context_length = int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
     return engine
 
 
@@ -134,6 +136,9 @@ class ServerEngine:
 
     is_server = True
     tokenizer = None
+    # prompt + answer budget must fit (the app offers to leave the oldest turns out); known for
+    # llama-server, whose prompts are token ids here; None: not checked before sending
+    context_length: int | None = None
 
     def __init__(self, endpoint: Endpoint, flavour: str, model: str, speculative: bool | None, spec_types: str):
         self.endpoint = endpoint

@@ -47,6 +47,16 @@ class ServerGeneration(EventSequence):
         self.stats: ServerStats | None = None
         self.error: ServerError | None = None
         self._run = run
+        self._running: Callable[[], ServerStats] | None = None  # set by the reader once it streams
+
+    def snapshot(self) -> ServerStats:
+        """The stats of the tokens seen so far (the final stats once done), as the decoder's
+        Generation gives them: the app shows them while the answer streams."""
+        if self.stats is not None:
+            return self.stats
+        if self._running is None:
+            return ServerStats()
+        return self._running()
 
     def __iter__(self) -> Iterator[TokenEvent]:
         for ev in self._run(self):
@@ -119,6 +129,7 @@ def stream_llama(endpoint, prompt_ids: list[int], req: Request, base: dict) -> C
         timings: dict = {}
         stop = ""
         proposer = req.proposer
+        gen._running = lambda: _llama_stats(rb, timings, req, proposer, base, t0, t_first, t_last, "")
         try:
             for chunk in endpoint.stream("/completion", llama_body(prompt_ids, req), req.cancel):
                 if req.cancel is not None and req.cancel.is_set():
@@ -186,6 +197,9 @@ def _llama_stats(rb: StepRebuilder, timings: dict, req: Request, proposer: str |
         draft_tokens=drafted,
         accepted_draft_tokens=accepted,
         target_forward_passes=verifications,
+        speculative_steps=len(rb.spec_steps),
+        speculative_step_tokens=rb.spec_step_tokens,
+        last_draft_length=rb.last_draft_length,
         per_position_proposed=proposed,
         per_position_accepted=kept,
         draft_lengths=[d for d, _ in rb.spec_steps],
@@ -250,6 +264,7 @@ def stream_openai(endpoint, model: str, prompt, req: Request, base: dict, metric
         spec: dict | None = None
         finish = ""
         chunks = 0
+        gen._running = lambda: _openai_stats(gen, usage, None, req, base, t0, t_first, t_last, "")
         try:
             for chunk in endpoint.stream(path, body, req.cancel):
                 if req.cancel is not None and req.cancel.is_set():
@@ -333,6 +348,9 @@ def _openai_stats(gen: ServerGeneration, usage: dict, figures: SpecFigures | Non
         s.per_position_accepted = list(figures.per_position_accepted)
         # each verification emits one target token after its kept drafts
         s.target_forward_passes = max(n - s.accepted_draft_tokens, 1)
+        if figures.steps:  # a speculative step emits its kept drafts and one target token
+            s.speculative_steps = min(figures.steps, s.target_forward_passes)
+            s.speculative_step_tokens = s.speculative_steps + s.accepted_draft_tokens
         s.server.update(figures=figures.source, server_wide=figures.server_wide, speculative_steps=figures.steps)
     elif figures is not None:
         s.server.update(figures=figures.source + ": nothing drafted", server_wide=figures.server_wide)

@@ -59,6 +59,8 @@ class StepRebuilder:
     _lost: bool = False  # alignment unknown until a step starts in plain sight
     # per speculative step, as rebuilt: (proposed, accepted)
     spec_steps: list[tuple[int, int]] = field(default_factory=list)
+    spec_step_tokens: int = 0  # tokens those steps emitted (kept drafts and the target's own)
+    last_draft_length: int | None = None  # k of the latest step (0: plain); None before one
     plain_steps: int = 0
     unknown_tokens: int = 0  # tokens marked `server`
     mismatch: str = ""  # why colours were withheld, the first time it happened
@@ -113,6 +115,8 @@ class StepRebuilder:
         return self._in_step()
 
     def _in_step(self) -> TokenOrigin:
+        self.spec_step_tokens += 1
+        self.last_draft_length = self._d
         pos = self._pos
         if pos < self._a:
             kind = TokenKind.ACCEPTED
@@ -125,6 +129,8 @@ class StepRebuilder:
     def _plain(self) -> TokenOrigin:
         self.step += 1
         self.plain_steps += 1
+        if self.step > 0:  # the prompt's first token is no step after the prefill
+            self.last_draft_length = 0
         return TokenOrigin(TokenKind.STANDARD, self.step, None, 0)
 
     def _withhold(self, why: str) -> None:

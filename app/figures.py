@@ -1,0 +1,69 @@
+"""How the engine's Stats are written in the GUI: one label for each number, used by the side
+panel, the message header, the Markdown export and the race view.
+
+Only formatting: every value comes from a Stats.to_dict() the engine made (running while a
+message streams, final when it ends); nothing here recomputes a figure from token events.
+No Qt, no torch.
+"""
+
+from __future__ import annotations
+
+DECODE_RATE = "tok/s decode"  # tokens after the first / time after the first token
+END_TO_END_RATE = "tok/s end-to-end"  # all tokens / whole generation time, prefill included
+DECODE_RATE_TIP = "decoding speed after the first token: (tokens − 1) / (time − time to the first token)"
+END_TO_END_RATE_TIP = "all new tokens / the whole generation time, the prompt's prefill included"
+ALPHA_TIP = "acceptance rate α: accepted / proposed draft tokens, over the steps that proposed something"
+TAU_TIP = "τ: tokens emitted per speculative step (a step that verified at least one proposed token)"
+PLAIN_TIP = ("share of steps that proposed nothing (the prefill, plain steps the adaptive controller "
+             "chose, no prompt-lookup match, the last step of the budget); their tokens are 'standard'")
+
+
+def rate(value: float | None) -> str:
+    return "—" if not value else f"{value:.1f}"
+
+
+def share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def speculative(stats: dict) -> bool:
+    return stats.get("mode") == "speculative"
+
+
+def alpha(stats: dict) -> str:
+    return f"{stats['acceptance_rate']:.2f}" if speculative(stats) and stats.get("draft_tokens") else "—"
+
+
+def tau(stats: dict) -> str:
+    return f"{stats['mean_accepted_per_step']:.2f}" if speculative(stats) and stats.get("speculative_steps") else "—"
+
+
+def draft_length(stats: dict) -> str:
+    """k of the latest step: "0 (plain)" when it proposed nothing."""
+    if not speculative(stats) or stats.get("last_draft_length") is None:
+        return "—"
+    k = stats["last_draft_length"]
+    return "0 (plain)" if k == 0 else str(k)
+
+
+def meta_line(stats: dict) -> str:
+    """A message's header (and its line in a Markdown export): mode, both rates labelled, α, τ
+    and the plain-step share of a speculative answer, "stopped" when it was."""
+    if not stats:
+        return ""
+    bits = [stats.get("mode", "")]
+    if speculative(stats) and stats.get("proposer"):
+        bits.append(stats["proposer"])
+    if stats.get("decode_tokens_per_second"):
+        bits.append(f"{stats['decode_tokens_per_second']:.1f} {DECODE_RATE}")
+    if stats.get("tokens_per_second"):
+        bits.append(f"{stats['tokens_per_second']:.1f} {END_TO_END_RATE}")
+    if speculative(stats):
+        bits.append(f"α {alpha(stats)}")
+        if "plain_step_share" in stats:  # absent where an earlier build saved it (its τ meant another thing)
+            bits += [f"τ {tau(stats)}", f"plain steps {share(stats['plain_step_share'])}"]
+    if stats.get("stop_reason") == "cancelled":
+        bits.append("stopped")
+    elif stats.get("stop_reason") == "error":  # a server's stream broke off: the part is kept
+        bits.append("cut off")
+    return " · ".join(b for b in bits if b)
