@@ -233,3 +233,25 @@ def test_server_modules_do_not_import_torch():
     r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
                        text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_models_dialog_connects_to_a_server(qtbot, tmp_path, server, monkeypatch):
+    """File ▸ Load models… ▸ Server…: the server becomes the target, as --target does."""
+    from app_fixtures import tiny_factory
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))  # the dialog's scan stays small
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    win = MainWindow(tmp_path / "data", Theme(False), LoadRequest(factory=tiny_factory()))
+    qtbot.addWidget(win)
+    try:
+        with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+            win.start_loading()
+        win.load_dialog()
+        dlg = win.models_dialog
+        assert dlg.server_button.isVisible()
+        with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+            dlg.use_server(server.url)
+        assert win.model_info["server"]["url"] == server.url and win.load_request.target == server.url
+        assert not win.side_panel.mode_button.isEnabled()
+    finally:
+        assert win.shutdown()
