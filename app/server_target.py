@@ -121,6 +121,7 @@ def show_server_figures(panel, stats: dict) -> None:
     server = stats.get("server")
     if not server:
         return
+    panel.m_k.caption.setText("draft length k (the server's)")  # not the hidden adaptive setting
     bits = [f"{html.escape(server.get('engine', '?'))} server"]
     if server.get("tokens_per_second"):
         bits.append(f"{server['tokens_per_second']:.1f} tok/s by its own clock")
