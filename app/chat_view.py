@@ -314,7 +314,9 @@ class MessageWidget(QFrame):
             return
         cur = QTextCursor(doc)
         # alternate two shades per kind so neighbouring tokens of one kind stay distinguishable
-        formats = {(k, odd): self._fmt(k, odd) for k in ("accepted", "corrected", "bonus", "standard") for odd in (0, 1)}
+        from .theme import KINDS
+
+        formats = {(k, odd): self._fmt(k, odd) for k in KINDS for odd in (0, 1)}
         start = 0
         for p in range(1, count + 1):
             if p == count or pos_tokens[p] != pos_tokens[start] or chars[p] in "\u2029\ufdd0\ufdd1":
@@ -424,8 +426,11 @@ class Legend(QWidget):
         lay.setSpacing(10)
         from .theme import KIND_LABELS, KINDS
 
+        self.swatches: dict[str, QLabel] = {}
         for kind in KINDS:
             sw = QLabel(kind)
+            self.swatches[kind] = sw
+            sw.setVisible(kind != "server")  # shown while a server target is loaded (app/server_target.py)
             c = theme.kind_bg(kind)
             fg = theme.kind_fg(kind)
             sw.setStyleSheet(

@@ -64,4 +64,6 @@ def meta_line(stats: dict) -> str:
             bits += [f"τ {tau(stats)}", f"plain steps {share(stats['plain_step_share'])}"]
     if stats.get("stop_reason") == "cancelled":
         bits.append("stopped")
+    elif stats.get("stop_reason") == "error":  # a server's stream broke off: the part is kept
+        bits.append("cut off")
     return " · ".join(b for b in bits if b)

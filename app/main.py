@@ -3,6 +3,7 @@
     specdec-chat                                  # the embedded default pair
     specdec-chat --target SPEC --draft SPEC       # any compatible pair (folder, .gguf, hub id)
     specdec-chat --draft none                     # target only (standard / prompt lookup)
+    specdec-chat --target http://HOST:PORT        # a server (llama-server, vLLM) decodes with its own draft
     specdec-chat --data-dir DIR                   # chats stored under DIR instead of the user data folder
     specdec-chat --version
     specdec-chat --self-test                      # offscreen smoke test, one line per check, exit 0/1
@@ -17,7 +18,10 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specdec-chat", description="Chat with exact speculative decoding, live.")
-    p.add_argument("--target", default="default", metavar="SPEC", help="target model SPEC (default: embedded pair)")
+    p.add_argument("--target", default="default", metavar="SPEC",
+                   help="target model SPEC, or a server http://HOST:PORT (default: embedded pair)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="a server target's API key (default: $SPECDEC_API_KEY)")
     p.add_argument("--draft", default="default", metavar="SPEC",
                    help="draft model SPEC, or 'none' for no draft (default: embedded pair)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps (default: auto)")
@@ -37,7 +41,7 @@ def load_request_from_args(args):
 
     draft = None if str(args.draft).lower() in ("none", "") else args.draft
     quant = args.quantization  # None = the default for the device; "none" = really unquantized
-    return LoadRequest(args.target, draft, args.device, args.dtype, quant)
+    return LoadRequest(args.target, draft, args.device, args.dtype, quant, api_key=args.api_key)
 
 
 def main(argv: list[str] | None = None) -> int:

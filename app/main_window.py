@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .history import History, Message, StoredToken, chat_to_markdown
 from .figures import meta_line
+from .server_target import apply_server, connect_dialog, show_server_figures
 from .side_panel import SidePanel
 from .theme import Theme, app_icon
 from .worker import GenerateRequest, LoadRequest, start_worker, stop_worker
@@ -218,6 +219,7 @@ class MainWindow(QMainWindow):
         act(m, "&Delete chat", self.delete_chat)
         m.addSeparator()
         act(m, "&Load models…", self.load_dialog, "Ctrl+L")
+        act(m, "Connect to a &server…", lambda: connect_dialog(self))
         m.addSeparator()
         self.quit_action = act(m, "&Quit", self.close, "Ctrl+Q")
         m = self.menuBar().addMenu("&Chat")
@@ -270,6 +272,7 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"Ready: {t}" + (f" + draft {d}" if d else ""))
         self.side_panel.set_models(info.get("target"), info.get("draft"))
         self.chat_view.set_hint("Ask anything. Tokens are coloured by where they came from — see the legend above.")
+        apply_server(self, info.get("server"))
         self._update_buttons()
         self.models_ready.emit()
 
@@ -467,12 +470,18 @@ class MainWindow(QMainWindow):
         if not self._is_current(request_id):
             return
         a = self.active
+        if a.events:  # it broke off midway: keep what came, marked as cut
+            stats = dict(a.stats)
+            stats.update(stop_reason="error", error=message)
+            self._complete(stats)
+            return
         self.active = None
         a.widget.set_streaming(False)
         a.widget.set_error(f"generation failed: {message}")
         a.widget.set_meta("failed")
         self.status_label.setText(f"Generation failed: {message}")
         self._update_buttons()
+        self.show_error("Generation failed", message)
 
     def _on_too_long(self, request_id: int, info: dict) -> None:
         """The chat plus its answer budget does not fit the target's context: nothing was
@@ -554,8 +563,14 @@ class MainWindow(QMainWindow):
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
         self.side_panel.show_stats(stats, req.draft_tokens, a.series)
+        show_server_figures(self.side_panel, stats)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
+        if reason == "error":  # a stream that broke off: the part is kept, the dialog says why
+            w.set_error(f"cut off: {stats.get('error', '')}")
+            self.status_label.setText("The answer was cut off")
+            self.show_error("The answer was cut off",
+                            stats.get("error", "") + " — what arrived is kept, marked as cut.")
         self._update_buttons()
         self.message_done.emit(reason)
 

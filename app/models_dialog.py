@@ -112,6 +112,7 @@ class ModelsDialog(QDialog):
         self._estimated_for: tuple | None = None
         self._first_scan = True
         self._closed = False
+        self._server_request: LoadRequest | None = None  # "Server…": a server instead of a model
 
         self.inspector = InspectWorker()
         self.inspect_thread = start_in_thread(self.inspector, "specdec-models-inspect", self)
@@ -166,6 +167,10 @@ class ModelsDialog(QDialog):
         self.rescan_button.clicked.connect(self.rescan)
         row.addWidget(self.open_file_button)
         row.addWidget(self.open_folder_button)
+        self.server_button = QPushButton("Server…")
+        self.server_button.setToolTip("a llama-server or vLLM server as the target: it decodes with its own draft")
+        self.server_button.clicked.connect(self._ask_server)
+        row.addWidget(self.server_button)
         row.addStretch(1)
         row.addWidget(self.rescan_button)
         llay.addLayout(row)
@@ -614,7 +619,22 @@ class ModelsDialog(QDialog):
         self.load_button.setEnabled(t is not None and bool(t.get("spec")) and self.estimate is not None)
 
     # -- loading --------------------------------------------------------------------------
+    def _ask_server(self) -> None:
+        from .server_target import ServerDialog
+
+        current = self.current.target if str(self.current.target).startswith("http") else ""
+        dlg = ServerDialog(current, self)
+        if dlg.exec() == QDialog.DialogCode.Accepted and dlg.url.text().strip():
+            self.use_server(dlg.url.text().strip(), dlg.key.text().strip() or None)
+
+    def use_server(self, url: str, api_key: str | None = None) -> None:
+        """Load the server at `url` as the target (app/server_target.py): no memory to check."""
+        self._server_request = LoadRequest(url, None, api_key=api_key)
+        self.accept()
+
     def request(self) -> LoadRequest:
+        if self._server_request is not None:
+            return self._server_request
         t = self.selected_target()
         r = self.current
         quant = self.quant.currentData() if t and t["format"] == "safetensors" else None

@@ -347,6 +347,11 @@ class RaceView(QWidget):
             self.proposer_box.setCurrentIndex(1)
         t = (self.model_info.get("target") or {}).get("name")
         self.status.setText(f"Ready: {t}" if self.ready else "Load models to race.")
+        server = self.model_info.get("server")
+        if server and not server.get("can_race"):  # a server that no request can switch to standard
+            self.ready = False
+            self.status.setWordWrap(True)
+            self.status.setText("This server cannot be raced: " + server.get("race_note", ""))
         self._update_buttons()
 
     def models_failed(self, _message: str = "") -> None:
@@ -460,7 +465,7 @@ class RaceView(QWidget):
     def _update_buttons(self) -> None:
         busy = self.active is not None
         self.start_button.setEnabled(self.ready and not busy and bool(self.prompt.toPlainText().strip()))
-        self.start_button.setText("Start race" if self.ready else "Loading…")
+        self.start_button.setText("Start race" if self.ready or self.model_info.get("server") else "Loading…")
         self.stop_button.setEnabled(busy)
         done = self.result is not None and not busy
         self.png_button.setEnabled(done)

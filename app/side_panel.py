@@ -339,7 +339,8 @@ class SidePanel(QScrollArea):
             bits.append(f"{stats['reused_prompt_tokens']} prompt tokens reused from the last turn")
         if figures.speculative(stats) and stats.get("proposer"):
             bits.append(f"proposer {stats['proposer']}")
-        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped"}.get(
+        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped",
+                  "error": "cut off"}.get(
             stats.get("stop_reason", ""), stats.get("stop_reason", ""))
         bits.append(reason or "generating…")
         self.summary.setText(" · ".join(bits))

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
-KINDS = ("accepted", "corrected", "bonus", "standard")
+KINDS = ("accepted", "corrected", "bonus", "standard", "server")
 # what each kind means, in the words of the hover text (DESIGN.md, "Words")
 KIND_HINTS = {
     "accepted": "a draft token the target kept",
@@ -18,6 +18,7 @@ KIND_HINTS = {
     "bonus": "the target's extra token after it kept all of the step's k ≥ 1 draft tokens",
     "standard": "the target decided it alone (standard mode, the first token, or a plain step "
                 "that proposed nothing)",
+    "server": "a server target's token whose origin the server does not report",
 }
 KIND_LABELS = {kind: f"{kind} — {hint}" for kind, hint in KIND_HINTS.items()}
 

@@ -43,6 +43,7 @@ class LoadRequest:
     dtype: str = "auto"
     quantization: str | None = None
     factory: Callable[[Callable[[str, float | None], None]], Any] | None = None
+    api_key: str | None = field(default=None, repr=False)  # a server target's key (else $SPECDEC_API_KEY)
 
 
 @dataclass(frozen=True)
@@ -109,15 +110,21 @@ def step_batches(items, event_of: Callable[[Any], Any] = lambda x: x,
     nothing more is yielded (the decoder still ends within its step)."""
     batch: list = []
     last = time.perf_counter()
-    for item in items:
-        if cancel is not None and cancel.is_set():
-            continue
-        batch.append(item)
-        now = time.perf_counter()
-        if event_of(item).kind.value != "accepted" and now - last >= BATCH_SECONDS:
+    try:
+        for item in items:
+            if cancel is not None and cancel.is_set():
+                continue
+            batch.append(item)
+            now = time.perf_counter()
+            if event_of(item).kind.value != "accepted" and now - last >= BATCH_SECONDS:
+                yield batch
+                batch = []
+                last = now
+    except Exception:
+        # a stream that broke off (a server target): what arrived still reaches the view
+        if batch and not (cancel is not None and cancel.is_set()):
             yield batch
-            batch = []
-            last = now
+        raise
     if batch and not (cancel is not None and cancel.is_set()):
         yield batch
 
@@ -195,8 +202,14 @@ class Worker(QObject):
             gc.collect()
         try:
             progress("Preparing models…", 0.0)
+            from specdec_core.server import is_server_spec  # light: no torch
+
             if request.factory is not None:
                 engine = request.factory(progress)
+            elif is_server_spec(request.target):
+                from specdec_core.server import connect
+
+                engine = connect(request.target, api_key=request.api_key, progress=progress)
             else:
                 from transformers.utils import logging as hf_logging  # lazily, in this thread
 
@@ -222,7 +235,10 @@ class Worker(QObject):
             return
         self.engine = engine
         progress("Models ready", 1.0)
-        self.loaded.emit({"target": _info_dict(engine.target), "draft": _info_dict(engine.draft)})
+        info = {"target": _info_dict(engine.target), "draft": _info_dict(engine.draft)}
+        if getattr(engine, "is_server", False):
+            info["server"] = engine.server_info()  # what the server is and tells (app/server_target.py)
+        self.loaded.emit(info)
 
     @Slot(object)
     def _generate(self, req: GenerateRequest) -> None:
@@ -233,6 +249,7 @@ class Worker(QObject):
             self.failed.emit(req.request_id, "no models are loaded yet")
             return
         self._requests.begin(req)
+        gen = None
         try:
             settings = decode_settings(req)  # imports the engine lazily, in this thread
             from specdec_core.context import drop_oldest
@@ -254,8 +271,18 @@ class Worker(QObject):
             stats["text"] = gen.text
             self.finished.emit(req.request_id, stats)
         except Exception as exc:
-            traceback.print_exc()
-            self.failed.emit(req.request_id, _one_line(exc))
+            from specdec_core.models.errors import ModelError  # light: a user-facing one-liner
+
+            if not isinstance(exc, ModelError):  # a server's error is news for the user, not a bug
+                traceback.print_exc()
+            partial = getattr(gen, "stats", None)
+            if getattr(gen, "events", None) and getattr(partial, "stop_reason", "") == "error":
+                # a server's stream broke off midway: its figures for what arrived, marked as cut
+                stats = _stats_dict(partial)
+                stats.update(text=gen.text, error=_one_line(exc))
+                self.finished.emit(req.request_id, stats)
+            else:
+                self.failed.emit(req.request_id, _one_line(exc))
         finally:
             self._requests.end()
 

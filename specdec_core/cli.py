@@ -47,6 +47,16 @@ def _prompt_ids(value: str) -> list[int]:
     return ids
 
 
+def _seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout takes seconds, e.g. 30, got {value!r}") from None
+    if not s > 0:
+        raise argparse.ArgumentTypeError(f"--timeout must be > 0 seconds, got {value}")
+    return s
+
+
 def int_at_least(name: str, minimum: int = 1):
     """argparse type: an integer >= minimum, with a one-line message naming the flag."""
 
@@ -65,7 +75,8 @@ def int_at_least(name: str, minimum: int = 1):
 def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
     """--target/--draft/--device/--dtype/--quantization, shared by generate, bench and race."""
     p.add_argument("--target", default="default", metavar="SPEC",
-                   help="local HF folder, .gguf file, hub id, or 'default' (the embedded target)")
+                   help="local HF folder, .gguf file, hub id, 'default' (the embedded target), or a server "
+                        "http://HOST:PORT (llama-server, vLLM: it decodes with its own draft)")
     if draft:
         p.add_argument("--draft", default="default", metavar="SPEC",
                        help="draft model SPEC (same forms); 'default' = the embedded draft")
@@ -75,6 +86,10 @@ def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
                    help="target quantization (default: nf4 on CUDA, none on CPU; GGUF keeps its own)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow model repos to run their own Python code (off unless you trust them)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="a server target's API key (default: $SPECDEC_API_KEY; the variable keeps it out of ps)")
+    p.add_argument("--timeout", type=_seconds, default=120.0, metavar="S",
+                   help="a server target: seconds to wait for each piece of the answer (default 120)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -194,6 +209,12 @@ def settings_from_args(args, seed: int):
 
 
 def load_engine(args, need_draft: bool):
+    from .server import is_server_spec
+
+    if is_server_spec(args.target):
+        from .cli_server import connect_engine
+
+        return connect_engine(args)
     from transformers.utils import logging as hf_logging
 
     from .engine import Engine
@@ -227,7 +248,8 @@ def print_loaded(engine) -> None:
                 print(f"  - {note}", file=sys.stderr)
 
 
-KIND_COLOURS = {"accepted": "\x1b[32m", "corrected": "\x1b[33m", "bonus": "\x1b[36m", "standard": ""}
+KIND_COLOURS = {"accepted": "\x1b[32m", "corrected": "\x1b[33m", "bonus": "\x1b[36m", "standard": "",
+                "server": "\x1b[35m"}
 
 
 def run_generate(args) -> int:
@@ -242,10 +264,11 @@ def run_generate(args) -> int:
     from .models import recent
 
     for role, spec, lm in (("target", args.target, engine.target), ("draft", args.draft, engine.draft)):
-        if lm is not None:
+        if lm is not None and not getattr(engine, "is_server", False):  # a server holds no local model
             recent.remember(spec, role, vars(lm.info))  # `specdec models` shows what it loaded as
     if args.prompt_ids is not None:
-        vocab = engine.target.model.config.get_text_config().vocab_size
+        model = engine.target.model  # None for a server target: the server checks its own vocabulary
+        vocab = model.config.get_text_config().vocab_size if model is not None else float("inf")
         bad = [i for i in args.prompt_ids if i >= vocab]
         if bad:
             raise UsageError(f"--prompt-ids: id {bad[0]} is outside the target's vocabulary (size {vocab})")
@@ -256,11 +279,15 @@ def run_generate(args) -> int:
     for i in range(args.samples):
         settings = settings_from_args(args, sample_seed(args.seed, i))
         gen = engine.generate(prompt, settings, mode=args.mode, proposer=args.proposer, cancel=threading.Event())
-        for ev in gen:
-            if not args.json:
-                piece = f"{KIND_COLOURS[ev.kind.value]}{ev.text}\x1b[0m" if colour and ev.text else ev.text
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+        try:
+            for ev in gen:
+                if not args.json:
+                    piece = f"{KIND_COLOURS[ev.kind.value]}{ev.text}\x1b[0m" if colour and ev.text else ev.text
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+        except Exception:
+            _keep_cut_answer(gen, args.json)  # a server's stream that broke off: what came is kept
+            raise
         if args.json:
             print(json.dumps({"token_ids": gen.token_ids, "kinds": gen.kinds, "text": gen.text,
                               "stats": gen.stats.to_dict()}), flush=True)
@@ -268,6 +295,10 @@ def run_generate(args) -> int:
             s = gen.stats
             sys.stdout.write("\n")
             print(stats_line(s), file=sys.stderr)
+            from .cli_server import server_line
+
+            if server_line(s):
+                print(server_line(s), file=sys.stderr)
     return 0
 
 
@@ -282,6 +313,21 @@ def stats_line(s) -> str:
         line += (f", acceptance {alpha}, {tau} tokens per speculative step,"
                  f" {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes")
     return line + f", stop: {s.stop_reason}"
+
+
+def _keep_cut_answer(gen, as_json: bool) -> None:
+    """Before the one-line error: the part of the answer that arrived, marked as cut (text
+    mode already printed it; --json prints its object with "cut": true)."""
+    stats = getattr(gen, "stats", None)
+    if not getattr(gen, "events", None) or stats is None:
+        return
+    if as_json:
+        print(json.dumps({"token_ids": gen.token_ids, "kinds": gen.kinds, "text": gen.text,
+                          "stats": stats.to_dict(), "cut": True}), flush=True)
+    else:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        print(f"[cut] the answer above stopped after {stats.new_tokens} tokens", file=sys.stderr)
 
 
 if __name__ == "__main__":

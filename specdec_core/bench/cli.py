@@ -78,8 +78,13 @@ def command_line(args) -> str:
 
 def run_bench(args) -> int:
     from ..cli import UsageError
+    from ..server import is_server_spec
 
     try:
+        if is_server_spec(args.target):  # a server: its own runner and report (bench/server.py)
+            from .server import run_server_bench
+
+            return run_server_bench(args)
         return _run(args)
     except BenchError as exc:
         raise UsageError(str(exc)) from None

@@ -1,0 +1,268 @@
+"""A server as the target: the same calls as specdec_core.engine.Engine, served over HTTP.
+
+`connect(url)` asks the server what it is before anything is generated:
+
+- GET /v1/models must answer as an OpenAI-compatible server (else: one line saying so);
+- llama.cpp's llama-server (owned_by "llamacpp", and /props answers): its /slots say whether
+  it drafts and how (`--model-draft`/`--spec-type`); prompts go through its own chat template
+  (/apply-template) and tokenizer (/tokenize), answers through its /completion stream with
+  per-token draft counters, so every token gets its kind and the figures are exact;
+- vLLM (owned_by "vllm"): its /metrics say whether speculative decoding is configured;
+  answers through /v1/chat/completions, kinds `server`, figures per request when the server
+  reports them (--per-request-spec-decode-metrics) else from its Prometheus counters;
+- any other OpenAI-compatible server: answers and nothing more (kind `server`).
+
+The server decodes with its own draft; neither engine takes a request that turns drafting
+off (llama-server of this build has its per-request speculative fields switched off; vLLM
+configures speculation per server), so `race_refusal` says why such a target cannot be raced
+and `generate(mode="standard")` is refused on a server that drafts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..models.types import ModelInfo
+from .errors import HTTPStatusError, ServerError
+from .generation import Request, ServerGeneration, stream_llama, stream_openai
+from .http import DEFAULT_TIMEOUT, Endpoint
+
+API_KEY_ENV = "SPECDEC_API_KEY"
+LLAMA_CPP, VLLM, OPENAI = "llama.cpp", "vLLM", "OpenAI-compatible"
+
+
+def is_server_spec(spec: object) -> bool:
+    """A target SPEC that names a server: http://HOST:PORT or https://... (a mistyped one such as
+    "http:/host" too, so it is told what a server address looks like, not what a model is)."""
+    return isinstance(spec, str) and spec.strip().lower().startswith(("http:", "https:"))
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A chat for a server that applies its own template (OpenAI chat completions)."""
+
+    messages: tuple
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+
+def connect(url: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+            progress: Callable[[str, float | None], None] | None = None) -> ServerEngine:
+    """Probe the server at `url` and return a ServerEngine for it (ServerError when it is not
+    reachable or not an OpenAI-compatible server). The key: `api_key`, else $SPECDEC_API_KEY."""
+    key = api_key if api_key else os.environ.get(API_KEY_ENV) or None
+    endpoint = Endpoint(url, key, timeout)
+    say = progress or (lambda *_a: None)
+    say(f"Connecting to {endpoint.url}…", None)
+    t0 = time.perf_counter()
+    try:
+        models = endpoint.get_json("/v1/models")
+    except HTTPStatusError as exc:
+        if exc.status in (401, 403):
+            raise
+        raise ServerError(f"{endpoint.url} is not an OpenAI-compatible server ({exc}); give the address of "
+                          "llama-server, vLLM or another OpenAI-compatible server") from None
+    data = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict) or "id" not in data[0]:
+        raise ServerError(f"{endpoint.url} answered /v1/models without a model list: is it an OpenAI-compatible "
+                          "server (llama.cpp's llama-server, vLLM)?")
+    first = data[0]
+    owner = str(first.get("owned_by", "")).lower()
+    props = None
+    if owner == "llamacpp" or owner == "":
+        props = _optional_json(endpoint, "/props")
+    if isinstance(props, dict) and "default_generation_settings" in props:
+        engine = _llama(endpoint, first, props)
+    elif owner == "vllm":
+        engine = _vllm(endpoint, first)
+    else:
+        engine = ServerEngine(endpoint, OPENAI, str(first["id"]), None, "")
+    engine.target.info.load_seconds = time.perf_counter() - t0
+    say(f"Connected to {engine.flavour} at {endpoint.url}", 1.0)
+    return engine
+
+
+def _optional_json(endpoint: Endpoint, path: str):
+    try:
+        return endpoint.get_json(path)
+    except ServerError:
+        return None
+
+
+def _llama(endpoint: Endpoint, model: dict, props: dict) -> ServerEngine:
+    speculative, types = None, ""
+    slots = _optional_json(endpoint, "/slots")  # absent when the server runs with --no-slots
+    if isinstance(slots, list) and slots and isinstance(slots[0], dict):
+        speculative = bool(slots[0].get("speculative"))
+        types = str((slots[0].get("params") or {}).get("speculative.types", ""))
+        types = ",".join(t for t in types.split(",") if t and t != "none")
+    meta = model.get("meta") or {}
+    # the slot names its drafting (e.g. draft-simple) once it has served a request
+    engine = ServerEngine(endpoint, LLAMA_CPP, str(model["id"]), speculative, types)
+    info = engine.target.info
+    info.quantization = str(props.get("model_ftype") or "gguf")
+    info.memory_bytes = int(meta.get("size") or 0)
+    info.notes.append(f"llama-server build {props.get('build_info', '?')}, {props.get('total_slots', '?')} slot(s), "
+                      f"context {meta.get('n_ctx', '?')} tokens")
+    n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")  # one slot's context
+    engine.context_length = int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
+    return engine
+
+
+def _vllm(endpoint: Endpoint, model: dict) -> ServerEngine:
+    speculative = None
+    try:
+        page = endpoint.get_text("/metrics")
+        speculative = "vllm:spec_decode_num_drafts" in page
+    except ServerError:
+        pass
+    version = _optional_json(endpoint, "/version")
+    engine = ServerEngine(endpoint, VLLM, str(model["id"]), speculative, "speculative config")
+    if isinstance(version, dict) and version.get("version"):
+        engine.target.info.notes.append(f"vLLM {version['version']}")
+    if speculative is None:
+        engine.target.info.notes.append("its /metrics page could not be read: speculative figures unknown")
+    return engine
+
+
+class ServerEngine:
+    """Engine-shaped: encode_chat / encode_prompt / generate, `target` and `draft` with their
+    ModelInfo. `tokenizer` is None: the server tokenizes."""
+
+    is_server = True
+    tokenizer = None
+    # prompt + answer budget must fit (the app offers to leave the oldest turns out); known for
+    # llama-server, whose prompts are token ids here; None: not checked before sending
+    context_length: int | None = None
+
+    def __init__(self, endpoint: Endpoint, flavour: str, model: str, speculative: bool | None, spec_types: str):
+        self.endpoint = endpoint
+        self.flavour = flavour
+        self.model = model
+        self.speculative = speculative  # the server drafts (True), does not (False), does not say (None)
+        self.spec_types = spec_types
+        where = f"{flavour} server at {endpoint.url}"
+        self.target = _Role(ServerModelInfo(
+            name=model.replace("\\", "/").rsplit("/", 1)[-1] or model, source=endpoint.url, dtype="server's own",
+            quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0))
+        self.draft = None
+        if speculative:
+            how = f" ({spec_types})" if spec_types else ""
+            self.draft = _Role(ServerModelInfo(
+                name=f"the server's own draft{how}", source=endpoint.url, dtype="server's own",
+                quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0))
+
+    # -- what this server can do ----------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """What every request gets: "speculative", "standard", or "server" (not said)."""
+        return {True: "speculative", False: "standard"}.get(self.speculative, "server")
+
+    @property
+    def race_refusal(self) -> str:
+        """Why this target cannot be raced (standard against speculative on one server)."""
+        url = self.endpoint.url
+        if self.flavour == LLAMA_CPP:
+            if self.speculative is False:
+                return (f"the llama-server at {url} has no draft model, so it cannot be raced: start it with "
+                        "--model-draft FILE --spec-type draft-simple")
+            return (f"the llama-server at {url} cannot be raced: it drafts on every request and takes no request "
+                    "that turns drafting off (its per-request speculative settings are switched off in this build); "
+                    "to compare, run a second llama-server without --model-draft")
+        if self.flavour == VLLM:
+            return (f"the vLLM server at {url} cannot be raced: vLLM sets speculative decoding for the whole server "
+                    "(--speculative-config) and no request can turn it off; to compare, run a second vLLM server "
+                    "without it")
+        return (f"the server at {url} cannot be raced: it does not say whether it drafts, and no request can "
+                "turn drafting on or off")
+
+    def server_info(self) -> dict:
+        """Plain values for the GUI: what the server is and what it tells."""
+        return {
+            "url": self.endpoint.url,
+            "engine": self.flavour,
+            "model": self.model,
+            "mode": self.mode,
+            "speculative": self.speculative,
+            "proposer": self.spec_types,
+            "colours": "per token" if self.flavour == LLAMA_CPP else "none",
+            "can_race": False,
+            "race_note": self.race_refusal,
+            "can_toggle": False,
+        }
+
+    # -- prompts ----------------------------------------------------------------------------
+    def encode_chat(self, messages: list[dict[str, str]]):
+        """llama-server: token ids through its own template and tokenizer (what its chat
+        endpoint would feed the model); others: the messages, for their chat endpoint."""
+        if self.flavour != LLAMA_CPP:
+            return ChatPrompt(tuple(dict(m) for m in messages))
+        tpl = self.endpoint.post_json("/apply-template", {"messages": list(messages)})
+        text = tpl.get("prompt") if isinstance(tpl, dict) else None
+        if not isinstance(text, str):
+            raise ServerError(f"{self.endpoint.url}/apply-template did not return a prompt")
+        tok = self.endpoint.post_json("/tokenize", {"content": text, "add_special": True, "parse_special": True})
+        ids = tok.get("tokens") if isinstance(tok, dict) else None
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            raise ServerError(f"{self.endpoint.url}/tokenize did not return token ids")
+        return ids
+
+    def encode_prompt(self, text: str):
+        return self.encode_chat([{"role": "user", "content": text}])
+
+    @property
+    def vocab_size(self) -> int | None:
+        return None
+
+    # -- decoding ----------------------------------------------------------------------------
+    def new_proposer(self, name: str):
+        raise ServerError(self.race_refusal)
+
+    proposer = new_proposer
+
+    def generate(self, prompt, settings, *, mode: str = "speculative", proposer: str = "draft",
+                 cancel: threading.Event | None = None, reuse_cache: bool = False) -> ServerGeneration:
+        """Stream one answer. `settings` is a DecodeSettings (read by attribute; its draft length
+        is the server's own business). `mode` must be what the server does, or "speculative" on a
+        server that does not say; `proposer` is ignored (the server's own drafting)."""
+        if mode == "standard" and self.speculative:
+            raise ServerError(f"the {self.flavour} server at {self.endpoint.url} drafts on every request and no "
+                              "request can turn that off, so it cannot decode standard here; run a server without "
+                              "a draft for standard decoding")
+        if not prompt:
+            raise ServerError("the prompt is empty: give at least one token")
+        s = settings.sampling
+        req = Request(settings.max_new_tokens, float(s.temperature), int(s.top_k), float(s.top_p), int(settings.seed),
+                      self.mode, self.spec_types or None, reuse_cache, cancel)
+        base = {"url": self.endpoint.url, "engine": self.flavour, "model": self.model}
+        if self.flavour == LLAMA_CPP:
+            if isinstance(prompt, ChatPrompt):
+                prompt = self.encode_chat(list(prompt.messages))
+            return ServerGeneration(stream_llama(self.endpoint, list(prompt), req, base))
+        prefix = "vllm:" if self.flavour == VLLM and self.speculative else None
+        return ServerGeneration(stream_openai(self.endpoint, self.model, prompt, req, base, prefix,
+                                              self.flavour == VLLM))
+
+
+class ServerModelInfo(ModelInfo):
+    """ModelInfo of a model a server holds: what the server said about it."""
+
+    def summary(self) -> str:
+        size = f", {self.memory_bytes / 2**30:.2f} GiB" if self.memory_bytes else ""
+        quant = f" ({self.quantization})" if self.quantization != "server's own" else ""
+        return f"{self.name}{quant}{size} on the {self.device} (connected in {self.load_seconds:.2f} s)"
+
+
+@dataclass
+class _Role:
+    """What the CLI and the GUI read of a loaded model: its info (a server has no weights here)."""
+
+    info: ModelInfo
+    model: object = None
+    eos_token_ids: tuple = ()
+    gguf_path: object = None

@@ -1,0 +1,257 @@
+"""The app with a real llama-server as the target (tiny pair): the worker streams an answer with
+the server's figures, the window shows what the server is and keeps a cut answer, the race
+tab says why a server cannot be raced. Offscreen."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
+
+from app.history import History  # noqa: E402
+from app.main_window import MainWindow  # noqa: E402
+from app.theme import Theme  # noqa: E402
+from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
+from app_fixtures import relay  # noqa: E402
+from llama_server import LlamaServer, endless_gguf, free_port, need_llama_server, tiny_pair_ggufs  # noqa: E402
+
+TIMEOUT = 60_000
+SPEC_KINDS = {"standard", "accepted", "corrected", "bonus"}
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory):
+    need_llama_server()
+    folder = tmp_path_factory.mktemp("app-server-ggufs")
+    target, draft = tiny_pair_ggufs(folder, noise=0.05)
+    return {"target": target, "draft": draft, "endless": endless_gguf(folder), "folder": folder}
+
+
+@pytest.fixture(scope="module")
+def server(ggufs):
+    s = LlamaServer(ggufs["target"], ggufs["draft"], log=ggufs["folder"] / "server.log")
+    try:
+        yield s.wait_ready()
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def endless_server(ggufs):
+    s = LlamaServer(ggufs["endless"], ctx=16384, log=ggufs["folder"] / "endless.log")
+    try:
+        yield s.wait_ready()
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    made = []
+
+    def make(url, max_new=16):
+        win = MainWindow(tmp_path / "data", Theme(False), LoadRequest(url, None))
+        qtbot.addWidget(win)
+        made.append(win)
+        win.side_panel.max_new.setValue(max_new)
+        with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+            win.start_loading()
+        return win
+
+    yield make
+    for win in made:
+        assert win.shutdown()
+
+
+def test_the_worker_streams_a_servers_answer_with_its_figures(qtbot, server):
+    worker, thread = start_worker()
+    sig = relay(worker)
+    try:
+        with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT) as loaded:
+            worker.request_load(LoadRequest(server.url, None))
+        info = loaded.args[0]
+        assert info["server"]["engine"] == "llama.cpp" and info["server"]["speculative"] is True
+        assert info["target"]["name"] == "target.gguf" and "server's own draft" in info["draft"]["name"]
+        batches = []
+        sig.tokens.connect(lambda rid, evs: batches.append(evs))
+        req = GenerateRequest(1, [{"role": "user", "content": "the cat sat on the mat"}], max_new_tokens=24)
+        with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as done:
+            worker.request_generate(req)
+        stats = done.args[1]
+        events = [e for b in batches for e in b]
+        assert len(events) == stats["new_tokens"] == 24
+        assert {e.kind.value for e in events} <= SPEC_KINDS and "accepted" in {e.kind.value for e in events}
+        assert stats["draft_tokens"] > 0 and stats["server"]["figures"].startswith("llama-server timings")
+        assert stats["text"] == "".join(e.text for e in events)
+    finally:
+        assert stop_worker(worker, thread)
+
+
+def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
+    win = make_window(server.url)
+    panel = win.side_panel
+    # the server decides: the toggle shows what it does and cannot be switched
+    assert not panel.mode_button.isEnabled() and panel.mode == "speculative"
+    assert "by the server" in panel.mode_button.text() and "cannot be raced" in panel.mode_button.toolTip()
+    assert not panel.k_spin.isEnabled() and not panel.proposer.isEnabled()
+    assert panel.proposer.isHidden() and panel.k_spin.isHidden()  # the server's own settings: rows hidden
+    assert "llama.cpp server at " + server.url in panel.target_label.text()
+    assert win.legend.swatches["server"].isHidden()  # llama-server: every token has its kind
+    # the race tab says why it cannot race (its own slot of the loaded signal may come a moment later)
+    qtbot.waitUntil(lambda: "cannot be raced" in win.race_view.status.text(), timeout=TIMEOUT)
+    win.race_view.prompt.setPlainText("the cat")
+    assert not win.race_view.start_button.isEnabled() and not win.race_view.start()
+
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
+        assert win.send("the cat sat on the mat")
+    assert done.args[0] == "max_new_tokens"
+    msg = win.messages[-1]
+    assert msg.role == "assistant" and len(msg.tokens) == 16 and {t.kind for t in msg.tokens} <= SPEC_KINDS
+    assert msg.stats["server"]["engine"] == "llama.cpp" and msg.stats["draft_tokens"] > 0
+    assert "tok/s by its own clock" in panel.summary.text() and "llama-server timings" in panel.summary.text()
+    assert panel.m_alpha.value.text() != "—" and panel.m_k.caption.text() == "draft length k (the server's)"
+    # the next turn: the conversation so far, through the server's own template
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        assert win.send("is it done")
+    assert win.messages[-1].stats["reused_prompt_tokens"] > 0  # llama-server's prompt cache
+    stored = History(tmp_path / "data").messages(win.chat_id)
+    assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+    # back to local models: everything the server had fixed is the user's again
+    from app_fixtures import tiny_factory
+
+    with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+        win.start_loading(LoadRequest(factory=tiny_factory()))
+    assert panel.mode_button.isEnabled() and panel.k_spin.isVisibleTo(panel) and panel.proposer.isVisibleTo(panel)
+    assert panel.mode_button.text() == "⚡ Speculative decoding" and win.legend.swatches["server"].isHidden()
+    qtbot.waitUntil(lambda: win.race_view.ready, timeout=TIMEOUT)  # its own slot of the same signal
+    win.race_view.prompt.setPlainText("the cat")
+    assert win.race_view.start_button.isEnabled() and "cannot be raced" not in win.race_view.status.text()
+
+
+def test_a_server_killed_mid_answer_keeps_the_part_marked_as_cut(qtbot, make_window, endless_server, tmp_path):
+    win = make_window(endless_server.url, max_new=8000)
+    got = []
+    win.worker.tokens.connect(lambda rid, evs: got.append(len(evs)))  # worker thread: counts only
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
+        assert win.send("the cat")
+        qtbot.waitUntil(lambda: sum(got) >= 5, timeout=TIMEOUT)
+        endless_server.kill()
+    assert done.args[0] == "error"
+    msg = win.messages[-1]
+    assert msg.role == "assistant" and msg.tokens and msg.stats["stop_reason"] == "error"
+    assert "broke off" in msg.stats["error"] or "without finishing" in msg.stats["error"]
+    box = win.last_error_dialog
+    assert isinstance(box, QMessageBox) and box.isVisible() and "cut" in box.text()
+    stored = History(tmp_path / "data").messages(win.chat_id)[-1]
+    assert stored.stats["stop_reason"] == "error" and stored.content == msg.content and stored.content
+    from app.main_window import meta_line
+
+    assert "cut off" in meta_line(stored.stats)
+    box.close()
+    # the app stays usable: connecting again to a live server works (here: a dead one says so)
+    with qtbot.waitSignal(win.load_error, timeout=TIMEOUT) as err:
+        win.start_loading(LoadRequest(endless_server.url, None))
+    assert "nothing is listening" in err.args[0]
+
+
+def test_stop_mid_answer_from_a_server(qtbot, make_window, endless_server):
+    win = make_window(endless_server.url, max_new=8000)
+    got = []
+    win.worker.tokens.connect(lambda rid, evs: got.append(len(evs)))
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
+        assert win.send("the cat")
+        qtbot.waitUntil(lambda: sum(got) >= 3, timeout=TIMEOUT)
+        win.stop()
+    assert done.args[0] == "cancelled" and win.messages[-1].tokens
+    # the worker is free again at once: the next answer comes
+    win.side_panel.max_new.setValue(4)
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
+        assert win.send("no")
+    assert done.args[0] == "max_new_tokens"
+
+
+def test_nothing_listening_is_a_dialog(qtbot, tmp_path):
+    win = MainWindow(tmp_path / "data", Theme(False), LoadRequest(f"http://127.0.0.1:{free_port()}", None))
+    qtbot.addWidget(win)
+    try:
+        with qtbot.waitSignal(win.load_error, timeout=TIMEOUT) as err:
+            win.start_loading()
+        assert "nothing is listening" in err.args[0]
+        assert win.last_error_dialog.isVisible() and not win.send("hi")
+    finally:
+        assert win.shutdown()
+
+
+def test_a_server_that_tells_nothing_per_token(qtbot, tmp_path, server):
+    """The OpenAI-compatible path (what vLLM gets): tokens of kind `server`, the swatch shown."""
+
+    def generic(progress):
+        from specdec_core.server import connect
+        from specdec_core.server.engine import OPENAI, ServerEngine
+
+        native = connect(server.url)
+        return ServerEngine(native.endpoint, OPENAI, native.model, None, "")
+
+    win = MainWindow(tmp_path / "data", Theme(False), LoadRequest(factory=generic))
+    qtbot.addWidget(win)
+    try:
+        win.side_panel.max_new.setValue(8)
+        with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+            win.start_loading()
+        assert not win.legend.swatches["server"].isHidden()
+        assert "Decoding by the server" == win.side_panel.mode_button.text()
+        with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+            assert win.send("the cat")
+        msg = win.messages[-1]
+        assert {t.kind for t in msg.tokens} == {"server"} and msg.stats["server"]["figures"].startswith("none")
+        assert win.side_panel.m_alpha.value.text() == "—"
+    finally:
+        assert win.shutdown()
+
+
+def test_app_arguments_for_a_server(monkeypatch):
+    from app.main import build_parser, load_request_from_args
+
+    args = build_parser().parse_args(["--target", "http://10.0.0.5:8000", "--api-key", "k1"])
+    req = load_request_from_args(args)
+    assert req.target == "http://10.0.0.5:8000" and req.api_key == "k1" and "k1" not in repr(req)
+
+
+def test_server_modules_do_not_import_torch():
+    code = ("import sys; import app.server_target, specdec_core.server, specdec_core.cli_server; "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_models_dialog_connects_to_a_server(qtbot, tmp_path, server, monkeypatch):
+    """File ▸ Load models… ▸ Server…: the server becomes the target, as --target does."""
+    from app_fixtures import tiny_factory
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))  # the dialog's scan stays small
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    win = MainWindow(tmp_path / "data", Theme(False), LoadRequest(factory=tiny_factory()))
+    qtbot.addWidget(win)
+    try:
+        with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+            win.start_loading()
+        win.load_dialog()
+        dlg = win.models_dialog
+        assert dlg.server_button.isVisible()
+        with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
+            dlg.use_server(server.url)
+        assert win.model_info["server"]["url"] == server.url and win.load_request.target == server.url
+        assert not win.side_panel.mode_button.isEnabled()
+    finally:
+        assert win.shutdown()
