@@ -161,11 +161,10 @@ SD_INLINE void kdot(const int TYPE, const int R, const uint8_t* blk, const int8_
   *dmin = h2f(TYPE == SD_Q5_K ? b5->dmin : b4->dmin);
 }
 
-/* A group of R rows (2..8) on one super-block: their accumulators are the 8 lanes of accg
-   (aligned; lanes past R stay 0), read and written as one vector so the next super-block's load
-   is forwarded from this store. */
-SD_INLINE void kgroup(const int TYPE, const int R, const uint8_t* blk, const sd_act* a, int64_t m0, int64_t b,
-                      float* accg) {
+/* A group of R rows (5..8) on one super-block: row r's sums land in lane r of v (lanes past R
+   get 0), which the caller keeps in a register from one super-block to the next. */
+SD_INLINE __m256 kgroup(const int TYPE, const int R, const uint8_t* blk, const sd_act* a, int64_t m0, int64_t b,
+                        __m256 v) {
   const int64_t K = a->K, nb = K / QKK, ns = K / 16;
   __m256i s[8], t[8];
   float d, dmin;
@@ -175,7 +174,6 @@ SD_INLINE void kgroup(const int TYPE, const int R, const uint8_t* blk, const sd_
   const __m256 valid = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(R), lane));
   const __m256 dxv = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), a->d + m0 * nb + b,
                                               _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)nb)), valid, 4);
-  __m256 v = _mm256_load_ps(accg);
   if (TYPE == SD_Q6_K) {
     v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dxv),
                                        _mm256_cvtepi32_ps(_mm256_sub_epi32(S1, _mm256_slli_epi32(S2, 5)))));
@@ -183,64 +181,72 @@ SD_INLINE void kgroup(const int TYPE, const int R, const uint8_t* blk, const sd_
     v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), dxv), _mm256_cvtepi32_ps(S1)));
     v = _mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), dxv), _mm256_cvtepi32_ps(S2)));
   }
-  _mm256_store_ps(accg, v);
+  return v;
 }
 
-/* one row, one super-block: S1, S2 as scalars */
-SD_INLINE void krow1(const int TYPE, const uint8_t* blk, const int8_t* x, const int16_t* bs, int32_t* S1, int32_t* S2,
-                     float* d, float* dmin) {
-  __m256i s[8], t[8];
-  kdot(TYPE, 1, blk, x, 0, bs, 0, s, t, d, dmin);
-  hsum2(s[0], t[0], S1, S2);
+/* R rows (1..4) of the activations, m0.., against one weight row, each finished alone as a
+   one-row pass finishes it (the same float operations in the same order: equal results), the
+   accumulators in registers: below 5 rows kgroup's 8-lane finish (two 8x8 sums, a gather,
+   accumulators in memory) costs more than it shares. */
+SD_INLINE void row_small(const int TYPE, const int R, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t m0,
+                         float* y, int64_t ldy) {
+  const int64_t nb = K / QKK, ns = K / 16;
+  const int bb = sd_blk_bytes(TYPE);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < nb; b++) {
+    __m256i s[8], t[8];
+    float d, dmin;
+    kdot(TYPE, R, wrow + b * bb, a->qs + m0 * K + b * QKK, K, a->sums + m0 * ns + b * 16, ns, s, t, &d, &dmin);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+      int32_t S1, S2;
+      hsum2(s[r], t[r], &S1, &S2);
+      const float dx = a->d[(m0 + r) * nb + b];
+      if (TYPE == SD_Q6_K) {
+        acc[r] = acc[r] + (d * dx) * (float)(S1 - 32 * S2);
+      } else {
+        acc[r] = acc[r] + (d * dx) * (float)S1;
+        acc[r] = acc[r] - (dmin * dx) * (float)S2;
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) y[(m0 + r) * ldy] = acc[r];
 }
 
 SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y,
                      int64_t ldy) {
-  const int64_t nb = K / QKK, G = (M + 7) / 8;
+  const int64_t nb = K / QKK;
   const int bb = sd_blk_bytes(TYPE);
-  if (M == 1) {
-    float acc = 0.0f;
+  int64_t m0 = 0;
+  for (; M - m0 >= 5; m0 += 8) {
+    const int R = M - m0 < 8 ? (int)(M - m0) : 8;
+    __m256 v = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-      int32_t S1, S2;
-      float d, dmin;
-      krow1(TYPE, wrow + b * bb, a->qs + b * QKK, a->sums + b * 16, &S1, &S2, &d, &dmin);
-      const float dx = a->d[b];
-      if (TYPE == SD_Q6_K) {
-        acc = acc + (d * dx) * (float)(S1 - 32 * S2);
-      } else {
-        acc = acc + (d * dx) * (float)S1;
-        acc = acc - (dmin * dx) * (float)S2;
+      const uint8_t* blk = wrow + b * bb;
+      /* the next block's bytes while this one's rows are multiplied (compute-bound here) */
+      _mm_prefetch((const char*)(blk + bb), _MM_HINT_T0);
+      _mm_prefetch((const char*)(blk + bb + 64), _MM_HINT_T0);
+      _mm_prefetch((const char*)(blk + bb + 128), _MM_HINT_T0);
+      _mm_prefetch((const char*)(blk + bb + 192), _MM_HINT_T0);
+      switch (R) {
+        case 8: v = kgroup(TYPE, 8, blk, a, m0, b, v); break;
+        case 7: v = kgroup(TYPE, 7, blk, a, m0, b, v); break;
+        case 6: v = kgroup(TYPE, 6, blk, a, m0, b, v); break;
+        default: v = kgroup(TYPE, 5, blk, a, m0, b, v); break;
       }
     }
-    y[0] = acc;
-    return;
+    SD_ALIGN(32) float out[8];
+    _mm256_store_ps(out, v);
+    for (int r = 0; r < R; r++) y[(m0 + r) * ldy] = out[r];
   }
-  SD_ALIGN(32) float acc_small[24];
-  float* acc = G <= 3 ? acc_small : (float*)_mm_malloc(sizeof(float) * 8 * (size_t)G, 32);
-  for (int64_t i = 0; i < 8 * G; i++) acc[i] = 0.0f;
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t* blk = wrow + b * bb;
-    /* the next block's bytes while this one's rows are multiplied (compute-bound here) */
-    _mm_prefetch((const char*)(blk + bb), _MM_HINT_T0);
-    _mm_prefetch((const char*)(blk + bb + 64), _MM_HINT_T0);
-    _mm_prefetch((const char*)(blk + bb + 128), _MM_HINT_T0);
-    _mm_prefetch((const char*)(blk + bb + 192), _MM_HINT_T0);
-    for (int64_t g = 0; g < G; g++) {
-      float* accg = acc + 8 * g;
-      switch (M - 8 * g < 8 ? (int)(M - 8 * g) : 8) {
-        case 8: kgroup(TYPE, 8, blk, a, 8 * g, b, accg); break;
-        case 7: kgroup(TYPE, 7, blk, a, 8 * g, b, accg); break;
-        case 6: kgroup(TYPE, 6, blk, a, 8 * g, b, accg); break;
-        case 5: kgroup(TYPE, 5, blk, a, 8 * g, b, accg); break;
-        case 4: kgroup(TYPE, 4, blk, a, 8 * g, b, accg); break;
-        case 3: kgroup(TYPE, 3, blk, a, 8 * g, b, accg); break;
-        case 2: kgroup(TYPE, 2, blk, a, 8 * g, b, accg); break;
-        default: kgroup(TYPE, 1, blk, a, 8 * g, b, accg); break;
-      }
-    }
+  switch (M - m0) { /* the last 1..4 rows */
+    case 4: row_small(TYPE, 4, wrow, K, a, m0, y, ldy); break;
+    case 3: row_small(TYPE, 3, wrow, K, a, m0, y, ldy); break;
+    case 2: row_small(TYPE, 2, wrow, K, a, m0, y, ldy); break;
+    case 1: row_small(TYPE, 1, wrow, K, a, m0, y, ldy); break;
+    default: break;
   }
-  for (int64_t m = 0; m < M; m++) y[m * ldy] = acc[m];
-  if (acc != acc_small) _mm_free(acc);
 }
 
 static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
