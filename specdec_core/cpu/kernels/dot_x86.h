@@ -303,13 +303,11 @@ SD_INLINE __m256 bfinish(const int TYPE, const __m256i v[8], const sd_act* a, in
   if (n == 8) {
     X = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)(a->sums + m * ns + gi * 16)), _mm256_set1_epi16(1));
     dx = _mm256_loadu_ps(a->d + m * nb + gi * 8);
-  } else { /* a row's last, partial group: read only its own blocks */
-    SD_ALIGN(32) int16_t s16[16] = {0};
-    SD_ALIGN(32) float d8[8] = {0};
-    memcpy(s16, a->sums + m * ns + gi * 16, sizeof(int16_t) * 2 * n);
-    memcpy(d8, a->d + m * nb + gi * 8, sizeof(float) * n);
-    X = _mm256_madd_epi16(_mm256_load_si256((const __m256i*)s16), _mm256_set1_epi16(1));
-    dx = _mm256_load_ps(d8);
+  } else { /* a row's last, partial group (K = 896: 28 blocks): read only its own blocks, one
+              32-bit lane each (two int16 sums, one float scale), the rest 0 */
+    const __m256i own = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    X = _mm256_madd_epi16(_mm256_maskload_epi32((const int*)(a->sums + m * ns + gi * 16), own), _mm256_set1_epi16(1));
+    dx = _mm256_maskload_ps(a->d + m * nb + gi * 8, own);
   }
   if (TYPE == SD_Q4_0) S = _mm256_sub_epi32(S, _mm256_slli_epi32(X, 3));
   if (TYPE == SD_Q5_0) S = _mm256_sub_epi32(S, _mm256_slli_epi32(X, 4));
