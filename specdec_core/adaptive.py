@@ -22,8 +22,11 @@ The rule (documented in README, "Adaptive draft length"):
    speculative rate is at least the plain one, otherwise takes plain steps (k = 0), and
    probes the other choice because both drift with the text: after `probe_every` steps, and
    each probe that does not change the choice doubles the wait (up to `probe_max` steps; a
-   change resets it), so a prompt where one choice keeps winning pays for few probes. The
-   plain rate is measured with one plain step after the first two speculative ones.
+   change resets it), so a prompt where one choice keeps winning pays for few probes. A
+   probe's rate replaces the probed choice's old one (stale by then), so one good probe can
+   switch. The plain rate is measured with one plain step after the first two speculative
+   ones. The draft's time reading the text of plain steps before a probe (the proposal's
+   catch-up) is a cost of switching, not of the drafted tokens, and counts in neither rate.
 
 Why the draft's running confidence and not a draft length from the textbook
 E(k) = (1 - alpha^(k+1)) / (1 - alpha): real text is not i.i.d. -- code has long runs the
@@ -117,19 +120,23 @@ class AdaptiveDraftLength:
         if seconds <= 0:
             return
         rate = (n_accepted + 1) / seconds
+        # A probe measures the choice not taken since the last switch: its old rate is stale
+        # (other text, other context length), so the probe replaces it rather than moving an
+        # average that one step could never turn.
+        fresh = self._probing is not None
         if k == 0:
-            self.plain_rate = rate if self.plain_rate is None else _ema(self.plain_rate, rate, self.ema)
+            self.plain_rate = rate if self.plain_rate is None or fresh else _ema(self.plain_rate, rate, self.ema)
         else:
-            self._observe_speculative(k, n_accepted, draft_seconds, verify_seconds, rate)
+            self._observe_speculative(k, n_accepted, draft_seconds, verify_seconds, rate, fresh)
         if self._probing is not None:  # a probe's step: did it change the choice?
             lost = self.speculating == self._probing
             self._probe_wait = min(2 * self._probe_wait, self.probe_max) if lost else self.probe_every
             self._probing = None
 
     def _observe_speculative(self, k: int, n_accepted: int, draft_seconds: float,
-                             verify_seconds: float, rate: float) -> None:
+                             verify_seconds: float, rate: float, fresh: bool) -> None:
         self._spec_steps += 1
-        self.spec_rate = rate if self.spec_rate is None else _ema(self.spec_rate, rate, self.ema)
+        self.spec_rate = rate if self.spec_rate is None or fresh else _ema(self.spec_rate, rate, self.ema)
         self.accepted = self.decay * self.accepted + n_accepted
         self.trials = self.decay * self.trials + n_accepted + (1 if n_accepted < k else 0)
         if not self.confident:

@@ -58,7 +58,8 @@ class CachedLM:
     @torch.inference_mode()
     def forward(self, ids: list[int], logits_to_keep: int = 1) -> torch.Tensor:
         """Feed ids at positions length..length+len(ids)-1; return logits [logits_to_keep, V]
-        for the last logits_to_keep positions (so the LM head runs only where needed)."""
+        for the last logits_to_keep positions (so the LM head runs only where needed; 0: none,
+        the tokens are only read into the cache)."""
         if self.cache is None:
             self.reset()
         try:
@@ -66,8 +67,9 @@ class CachedLM:
                 logits = self.lean(ids, len(self.ids), self.cache, logits_to_keep)
             else:
                 x = torch.tensor([ids], dtype=torch.long, device=self.device)
-                out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
-                logits = out.logits[0]
+                # transformers reads logits_to_keep=0 as "all rows": ask for one and drop it
+                out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=max(logits_to_keep, 1))
+                logits = out.logits[0, out.logits.shape[1] - logits_to_keep :]
         except BaseException:
             self.cache = None  # some layers may hold the new tokens and some not: start over
             self.ids = []

@@ -96,3 +96,22 @@ def test_probes_back_off_while_they_keep_losing_and_reset_on_a_change():
     first = next(i for i, k in enumerate(ks) if k > 0)
     assert first <= ctl.probe_max and ctl.speculating
     assert ks[first + 1 : first + ctl.probe_every + 1].index(0) == ctl.probe_every - 1
+
+
+def test_one_winning_probe_switches_at_once():
+    # Long plain stretch: the speculative rate on record is from text long gone. When the text
+    # turns (a probe that is fast), that probe's rate replaces the stale one, so the very next
+    # step speculates; an average moved by one step would keep plain steps for several probes.
+    ctl = AdaptiveDraftLength()
+    feed(ctl, 60, lambda k: 0, d=0.4, v=lambda k: 1.0 if k == 0 else 2.05, stop=4)
+    assert not ctl.speculating
+    while ctl.next_k() == 0:
+        ctl.observe(0, 0, 0.0, 1.0)
+    ctl.observe(4, 4, 4 * 0.05, 1.3)  # the probe: 5 tokens in 1.5 plain steps
+    assert ctl.speculating and ctl.next_k() > 0
+    # and the other way: a plain probe after speculating replaces the old plain rate
+    ctl.plain_rate = 0.1  # stale and far too low
+    while ctl.next_k() > 0:
+        ctl.observe(4, 4, 4 * 0.05, 1.3)
+    ctl.observe(0, 0, 0.0, 1.0)
+    assert ctl.plain_rate == pytest.approx(1.0)

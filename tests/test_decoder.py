@@ -339,3 +339,27 @@ def test_the_draft_stops_once_its_confidence_in_the_whole_run_falls_below_the_th
     got = prop.propose([1, 2, 3], 5, SamplingParams(), torch.Generator(), min_confidence=0.5)
     assert got.tokens == [5, 6, 7, 8]
 
+
+
+def test_a_draft_catching_up_after_plain_steps_proposes_what_it_would_have_token_by_token(tiny):
+    # After plain target steps the draft has text it never read. It reads that backlog in a
+    # pass of its own (timed apart, so the adaptive controller does not charge it to the drafted
+    # tokens); the proposal must be exactly what a draft fed every token as it came would make.
+    prompt, backlog = PROMPTS[0], [7, 9, 11, 12, 5]
+    caught_up = DraftModelProposer(tiny.draft, tiny.vocab)
+    caught_up.propose(prompt, 2, SamplingParams(), torch.Generator())
+    caught_up.observe(prompt, 0)  # nothing kept: the cache holds the prompt less its last token
+    steady = DraftModelProposer(tiny.draft, tiny.vocab)
+    steady.propose(prompt, 2, SamplingParams(), torch.Generator())
+    steady.observe(prompt, 0)
+    ids = list(prompt)
+    for t in backlog:  # one token at a time: never more than two unread
+        ids.append(t)
+        p = steady.propose(ids, 1, SamplingParams(), torch.Generator())
+        assert p.catchup_seconds == 0.0
+        steady.observe(ids, 0)
+    a = caught_up.propose(ids, 3, SamplingParams(), torch.Generator())
+    b = steady.propose(ids, 3, SamplingParams(), torch.Generator())
+    assert a.catchup_seconds > 0.0
+    assert a.tokens == b.tokens
+    torch.testing.assert_close(a.q_draft, b.q_draft, rtol=1e-5, atol=1e-6)

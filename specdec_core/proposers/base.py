@@ -26,6 +26,9 @@ class Proposal:
     tokens: list[int]
     q_draft: torch.Tensor | None = None
     forward_passes: int = 0
+    # seconds spent reading text the proposer had not seen (a draft catching up on tokens the
+    # target wrote in plain steps): a cost of switching to speculation, not of these k tokens
+    catchup_seconds: float = 0.0
 
 
 @runtime_checkable

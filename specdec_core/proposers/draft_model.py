@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..lm import CachedLM
@@ -34,6 +36,14 @@ class DraftModelProposer:
         # Feed whatever the cache lacks: the prompt at first, then the target's last token
         # (and, after an all-accepted step, the last draft token the draft never fed).
         pending = ids[self.lm.length :]
+        catchup = 0.0
+        if len(pending) > 2 and self.lm.length > 0:
+            # More than the one or two tokens a speculative step leaves unread, after the
+            # prompt: the text of plain steps. Read it in a pass of its own (no logits), so its
+            # time is told apart from what the k drafted tokens cost.
+            t = time.perf_counter()
+            self.lm.forward(pending[:-1], logits_to_keep=0)
+            catchup, pending = time.perf_counter() - t, pending[-1:]
         sure = 1.0  # the draft's own probability that every token so far is right
         for _ in range(k):
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
@@ -57,7 +67,7 @@ class DraftModelProposer:
                 break
         # The last proposed token is not fed: k passes give k tokens. observe() rolls back.
         q_draft = torch.stack(q_rows) if q_rows else None
-        return Proposal(tokens, q_draft, self.lm.forward_passes - start)
+        return Proposal(tokens, q_draft, self.lm.forward_passes - start, catchup)
 
     def observe(self, ids: list[int], n_accepted: int) -> None:
         # Keep the committed prefix the cache already holds; everything after the last
