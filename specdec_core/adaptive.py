@@ -9,8 +9,10 @@ The rule (documented in README, "Adaptive draft length"):
    acceptance rule stays exact.
 2. The threshold is what one more drafted token costs, in plain target steps: the draft's
    time per token plus the extra verification time per proposed row, both measured (EMA)
-   and divided by the measured plain step time; clamped to [0.2, 0.8], 0.5 until measured.
-   A token worth proposing is accepted with at least that chance. On the project's 2-core
+   and divided by the measured plain step time, then divided by the draft's calibration
+   (tokens kept / tokens its confidences expected, decayed sums: a small draft is often
+   surer than it is right); clamped to [0.2, 0.9], 0.5 until measured. A token worth
+   proposing is accepted with at least that chance. On the project's 2-core
    CPU with the native kernel it settles near 0.6-0.65 (a drafted token ~0.4 of a step, each
    verified row ~0.2); on a GPU, where both are small, drafts run long.
    A proposer without a confidence (prompt lookup) cannot stop itself: for it the draft
@@ -53,7 +55,8 @@ class FixedDraftLength:
     def next_k(self) -> int:
         return self.k
 
-    def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
+                expected_accepted: float | None = None) -> None:
         pass
 
 
@@ -65,7 +68,7 @@ class AdaptiveDraftLength:
     cap: int | None = None  # the cap rule's current length (proposers without a confidence)
     threshold_start: float = 0.5  # until both costs are measured
     threshold_min: float = 0.2
-    threshold_max: float = 0.8
+    threshold_max: float = 0.9
     ema: float = 0.3
     probe_every: int = 8
     probe_max: int = 32
@@ -73,6 +76,10 @@ class AdaptiveDraftLength:
     # pseudo-counts for alpha (reporting): a prior of 0.6 worth a handful of tokens
     accepted: float = 3.0
     trials: float = 5.0
+    # the draft's calibration: tokens kept against the number its confidences expected
+    # (decayed sums; a prior of "calibrated" worth a couple of steps)
+    kept: float = 2.0
+    expected: float = 2.0
     draft_per_token: float | None = None  # seconds
     row_cost: float | None = None  # extra verification time per proposed row, in plain steps
     spec_rate: float | None = None  # tokens / s of speculative steps
@@ -101,7 +108,15 @@ class AdaptiveDraftLength:
         c = self.cost_ratio
         if c is None or self.row_cost is None:
             return self.threshold_start
-        return min(max(c + self.row_cost, self.threshold_min), self.threshold_max)
+        # the draft's confidence, scaled by how often such confidence was borne out, must
+        # pay for the token: confidence >= cost / calibration
+        return min(max((c + self.row_cost) / self.calibration, self.threshold_min), self.threshold_max)
+
+    @property
+    def calibration(self) -> float:
+        """Tokens kept / tokens the draft's confidences expected (1: calibrated; < 1:
+        overconfident), held to [0.5, 1.5] so a few odd steps cannot run away with it."""
+        return min(max(self.kept / self.expected, 0.5), 1.5) if self.expected > 0 else 1.0
 
     def next_k(self) -> int:
         if self.plain_rate is None and self._spec_steps >= 2:
@@ -115,7 +130,8 @@ class AdaptiveDraftLength:
             return self.k_max if self.confident else self.cap
         return 0
 
-    def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
+                expected_accepted: float | None = None) -> None:
         seconds = draft_seconds + verify_seconds
         if seconds <= 0:
             return
@@ -128,6 +144,9 @@ class AdaptiveDraftLength:
             self.plain_rate = rate if self.plain_rate is None or fresh else _ema(self.plain_rate, rate, self.ema)
         else:
             self._observe_speculative(k, n_accepted, draft_seconds, verify_seconds, rate, fresh)
+            if expected_accepted is not None:
+                self.kept = self.decay * self.kept + n_accepted
+                self.expected = self.decay * self.expected + expected_accepted
         if self._probing is not None:  # a probe's step: did it change the choice?
             lost = self.speculating == self._probing
             self._probe_wait = min(2 * self._probe_wait, self.probe_max) if lost else self.probe_every

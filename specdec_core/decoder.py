@@ -219,7 +219,7 @@ class Decoder:
                 # cost of k); a step with nothing proposed measures a plain target step
                 if step > 1:
                     policy.observe(k, verdict.n_accepted, t_verify - t_draft - proposal.catchup_seconds,
-                                   t_done - t_verify)
+                                   t_done - t_verify, proposal.expected_accepted)
             # the running stats count this step before its tokens are handed out, so whoever
             # reads them between steps sees figures for exactly the tokens it has
             _count_step(stats, step, k, verdict.n_accepted, len(new), proposer is not None)

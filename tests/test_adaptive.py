@@ -28,9 +28,9 @@ def test_threshold_is_the_measured_cost_of_one_more_token():
     # c = 0.1 / 1.0; each of the 4 proposed rows added (2.0 - 1.0) / 4 = 0.25 of a step
     assert ctl.cost_ratio == pytest.approx(0.1) and ctl.row_cost == pytest.approx(0.25)
     assert ctl.min_confidence == pytest.approx(0.35)
-    ctl.observe(4, 0, 4.0, 9.0)  # slow: the threshold rises, but never past 0.8
+    ctl.observe(4, 0, 4.0, 9.0)  # slow: the threshold rises, but never past its clamp
     ctl.observe(4, 0, 4.0, 9.0)
-    assert ctl.min_confidence == 0.8
+    assert ctl.min_confidence == ctl.threshold_max == 0.9
 
 
 def test_long_drafts_where_everything_is_accepted_and_verification_is_flat():
@@ -115,3 +115,29 @@ def test_one_winning_probe_switches_at_once():
         ctl.observe(4, 4, 4 * 0.05, 1.3)
     ctl.observe(0, 0, 0.0, 1.0)
     assert ctl.plain_rate == pytest.approx(1.0)
+
+
+def test_an_overconfident_draft_must_be_surer_before_it_goes_on():
+    # same costs for both; one draft's confidences expect 4 kept tokens a step and 4 are kept,
+    # the other's expect 4 and 2 are kept: its confidence is worth half, so the threshold
+    # (cost / calibration) doubles, up to the clamp
+    def run(kept):
+        ctl = AdaptiveDraftLength()
+        for _ in range(30):
+            k = ctl.next_k()
+            if k == 0:
+                ctl.observe(0, 0, 0.0, 1.0)
+            else:
+                ctl.observe(4, kept, 4 * 0.1, 1.8, expected_accepted=4.0)
+        return ctl
+    calibrated, overconfident = run(4), run(2)
+    assert calibrated.calibration == pytest.approx(1.0)
+    assert overconfident.calibration == pytest.approx(0.5, abs=0.05)
+    # c = 0.1 / 1.0, each of 4 rows added (1.8 - 1.0) / 4 = 0.2: a cost of 0.3 plain steps
+    assert calibrated.min_confidence == pytest.approx(0.3)
+    assert overconfident.min_confidence == pytest.approx(0.3 / overconfident.calibration)
+    assert overconfident.min_confidence > calibrated.min_confidence
+    # proposers without a confidence (prompt lookup) pass none: the calibration stays 1
+    lookup = make_policy("adaptive", confident=False)
+    lookup.observe(4, 1, 0.0, 1.0)
+    assert lookup.calibration == 1.0

@@ -29,6 +29,10 @@ class Proposal:
     # seconds spent reading text the proposer had not seen (a draft catching up on tokens the
     # target wrote in plain steps): a cost of switching to speculation, not of these k tokens
     catchup_seconds: float = 0.0
+    # the proposer's own expectation of how many of these tokens the target keeps (the sum of
+    # its running confidences), where it has one; the adaptive controller checks it against
+    # what was kept, because a small draft is often surer than it is right
+    expected_accepted: float | None = None
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ class DraftModelProposer:
             self.lm.forward(pending[:-1], logits_to_keep=0)
             catchup, pending = time.perf_counter() - t, pending[-1:]
         sure = 1.0  # the draft's own probability that every token so far is right
+        expected = 0.0  # the sum of those: the number of these tokens it expects kept
         for _ in range(k):
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
             if params.greedy:
@@ -63,11 +64,13 @@ class DraftModelProposer:
             # more likely wasted than kept: stop and let the target verify now. The stop
             # depends on the draft's values only, so the acceptance rule stays exact.
             sure *= conf
+            expected += sure
             if sure < min_confidence:
                 break
         # The last proposed token is not fed: k passes give k tokens. observe() rolls back.
         q_draft = torch.stack(q_rows) if q_rows else None
-        return Proposal(tokens, q_draft, self.lm.forward_passes - start, catchup)
+        return Proposal(tokens, q_draft, self.lm.forward_passes - start, catchup,
+                        expected if min_confidence > 0 or not params.greedy else None)
 
     def observe(self, ids: list[int], n_accepted: int) -> None:
         # Keep the committed prefix the cache already holds; everything after the last
