@@ -363,3 +363,43 @@ def test_a_draft_catching_up_after_plain_steps_proposes_what_it_would_have_token
     assert a.catchup_seconds > 0.0
     assert a.tokens == b.tokens
     torch.testing.assert_close(a.q_draft, b.q_draft, rtol=1e-5, atol=1e-6)
+
+
+class _Scripted:
+    """A draft-length policy that plays a fixed pattern: k drafted tokens, then plain steps."""
+    min_confidence = 0.0
+
+    def __init__(self, pattern):
+        self.pattern, self.i = pattern, 0
+
+    def next_k(self):
+        self.i += 1
+        return self.pattern[(self.i - 1) % len(self.pattern)]
+
+    def observe(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_a_draft_that_skips_most_of_a_plain_stretch_keeps_the_output_exact(tiny, prompt, monkeypatch):
+    # Long plain stretches; the draft reads only the last 2 tokens of each: its view of the
+    # text has gaps, its proposals are its own, and the output is still standard greedy's.
+    import specdec_core.decoder as decoder_module
+    monkeypatch.setattr(decoder_module, "make_policy", lambda *a: _Scripted([3] + [0] * 7 + [4] + [0] * 5))
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    std = dec.generate(prompt, DecodeSettings(max_new_tokens=40)).run()
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    prop.catchup_window = 2
+    spec = dec.generate(prompt, DecodeSettings(max_new_tokens=40, draft_tokens=3), prop).run()
+    assert spec.token_ids == std.token_ids
+    assert_truthful_kinds(spec.events)
+    assert prop.offset > 0  # it did skip
+    # what the draft holds is the committed text with those gaps: its tail is the last
+    # tokens it read, aligned with the committed sequence
+    seq = list(prompt) + spec.token_ids
+    n = prop.lm.length
+    assert prop.lm.ids[len(prompt):] != seq[len(prompt) : n]
+    assert prop.lm.ids[-3:] == seq[n + prop.offset - 3 : n + prop.offset]
+    # a new message starting with this text keeps the cache up to the first gap only
+    prop.reset(keep=seq + [5])
+    assert prop.offset == 0 and prop.lm.ids == seq[: prop.lm.length]
