@@ -49,6 +49,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve(*args, timeout: float = 180.0, **kwargs):
+    """A server fixture's body (`yield from serve(...)`): the server once it answers, stopped
+    after the tests that use it whatever happens."""
+    s = LlamaServer(*args, **kwargs)
+    try:
+        yield s.wait_ready(timeout)
+    finally:
+        s.stop()
+
+
 class LlamaServer:
     """One llama-server process; `stop()` ends it (always call it: a fixture's finalizer)."""
 

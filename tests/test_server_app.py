@@ -23,7 +23,7 @@ from app.main_window import MainWindow  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
 from app_fixtures import relay  # noqa: E402
-from llama_server import LlamaServer, endless_gguf, free_port, need_llama_server, tiny_pair_ggufs  # noqa: E402
+from llama_server import endless_gguf, free_port, need_llama_server, serve, tiny_pair_ggufs  # noqa: E402
 
 TIMEOUT = 60_000
 SPEC_KINDS = {"standard", "accepted", "corrected", "bonus"}
@@ -39,20 +39,12 @@ def ggufs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(ggufs):
-    s = LlamaServer(ggufs["target"], ggufs["draft"], log=ggufs["folder"] / "server.log")
-    try:
-        yield s.wait_ready()
-    finally:
-        s.stop()
+    yield from serve(ggufs["target"], ggufs["draft"], log=ggufs["folder"] / "server.log")
 
 
 @pytest.fixture
 def endless_server(ggufs):
-    s = LlamaServer(ggufs["endless"], ctx=16384, log=ggufs["folder"] / "endless.log")
-    try:
-        yield s.wait_ready()
-    finally:
-        s.stop()
+    yield from serve(ggufs["endless"], ctx=16384, log=ggufs["folder"] / "endless.log")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from llama_server import LlamaServer, need_llama_server
+from llama_server import need_llama_server, serve
 
 pytestmark = pytest.mark.slow
 
@@ -26,11 +26,7 @@ def pair_server(tmp_path_factory):
     except ModelError as exc:  # the embedded extra is not installed: nothing to serve
         pytest.skip(f"the embedded pair is not available: {exc}")
     log = tmp_path_factory.mktemp("pair-server") / "server.log"
-    s = LlamaServer(target, draft, ctx=2048, threads=2, log=log)
-    try:
-        yield s.wait_ready(timeout=300)
-    finally:
-        s.stop()
+    yield from serve(target, draft, ctx=2048, threads=2, log=log, timeout=300)
 
 
 def test_generate_against_the_embedded_pair_on_llama_server(pair_server, capsys):

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from llama_server import LlamaServer, endless_gguf, free_port, need_llama_server, tiny_pair_ggufs, tiny_pair_models
+from llama_server import LlamaServer, endless_gguf, free_port, need_llama_server, serve, tiny_pair_ggufs, tiny_pair_models
 
 PROMPT = "the cat sat on the mat"
 
@@ -36,31 +36,19 @@ def ggufs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(ggufs):
     """target + its noisy draft, speculative (draft-simple, n_max 3), with /metrics."""
-    s = LlamaServer(ggufs["target"], ggufs["draft"], extra=("--metrics",), log=ggufs["folder"] / "server.log")
-    try:
-        yield s.wait_ready()
-    finally:
-        s.stop()
+    yield from serve(ggufs["target"], ggufs["draft"], extra=("--metrics",), log=ggufs["folder"] / "server.log")
 
 
 @pytest.fixture(scope="module")
 def twin_server(ggufs):
     """target whose draft is the target itself."""
-    s = LlamaServer(ggufs["target"], ggufs["target"], log=ggufs["folder"] / "twin.log")
-    try:
-        yield s.wait_ready()
-    finally:
-        s.stop()
+    yield from serve(ggufs["target"], ggufs["target"], log=ggufs["folder"] / "twin.log")
 
 
 @pytest.fixture
 def endless_server(ggufs):
     """A server whose answer never ends (killed or stopped by the test; stopped after it)."""
-    s = LlamaServer(ggufs["endless"], ctx=16384, log=ggufs["folder"] / "endless.log")
-    try:
-        yield s.wait_ready()
-    finally:
-        s.stop()
+    yield from serve(ggufs["endless"], ctx=16384, log=ggufs["folder"] / "endless.log")
 
 
 def settings(n, temperature=0.0, seed=0, top_k=0, top_p=1.0):

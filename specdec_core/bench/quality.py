@@ -17,10 +17,11 @@ Writes report.json and report.md into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
+
+from .report import save
 
 HELD_OUT = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -152,10 +153,7 @@ def main(argv=None) -> int:
     report["kernel"] = build.kernel().name
     report["max_new_tokens"] = args.max_new_tokens
     report["command"] = "python -m specdec_core.bench.quality " + " ".join(argv if argv is not None else sys.argv[1:])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(render(report), encoding="utf-8")
+    save(Path(args.out), report, render(report))
     print(render(report))
     return 0
 

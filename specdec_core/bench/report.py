@@ -135,6 +135,13 @@ def write_json(path: Path, report: dict) -> None:
     path.write_text(json.dumps(report, indent=1, default=_jsonable, allow_nan=False) + "\n", encoding="utf-8")
 
 
+def save(out: Path, report: dict, markdown: str) -> None:
+    """OUT/report.json and OUT/report.md, OUT made if missing."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "report.json", report)
+    (out / "report.md").write_text(markdown, encoding="utf-8")
+
+
 def _jsonable(x):
     if hasattr(x, "item"):
         return x.item()

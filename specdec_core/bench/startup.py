@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .report import save
+
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
 CHAT = [
     "Write a Python function that checks whether a string is a palindrome, with a docstring.",
@@ -141,10 +143,7 @@ def main(argv=None) -> int:
     m = machine_info()
     report["machine"] = f"{m['cpu_model']}, {m['cpus_available']} CPUs, flags {', '.join(m['cpu_flags'])}"
     report["command"] = "python -m specdec_core.bench.startup " + " ".join(argv if argv is not None else sys.argv[1:])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(render(report), encoding="utf-8")
+    save(Path(args.out), report, render(report))
     print(render(report))
     return 0
 
