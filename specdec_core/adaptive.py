@@ -13,7 +13,7 @@ The rule (documented in README, "Adaptive draft length"):
    (tokens kept / tokens its confidences expected, decayed sums: a small draft is often
    surer than it is right); clamped to [0.2, 0.9], 0.5 until measured. A token worth
    proposing is accepted with at least that chance. On the project's 2-core
-   CPU it settles near 0.7-0.8 (a drafted token ~0.37 of a step, each verified row ~0.25, a
+   CPU it settles near 0.7-0.9 (a drafted token ~0.37 of a step, each verified row ~0.25, a
    calibration of ~0.8-0.9); on a GPU, where both costs are small, drafts run long.
    A proposer without a confidence (prompt lookup) cannot stop itself: for it the draft
    length is a cap instead, starting at 4, +2 after a step whose full draft was accepted, -1
