@@ -19,8 +19,9 @@ import html
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit
 
 MODE_TEXT = {
-    "speculative": "⚡ Speculative decoding (by the server)",
-    "standard": "Standard decoding (the server has no draft)",
+    # short enough for the side panel's toggle at its narrowest; the tooltip says the rest
+    "speculative": "⚡ Speculative, by the server",
+    "standard": "Standard, by the server",
     "server": "Decoding by the server",
 }
 
@@ -121,7 +122,7 @@ def show_server_figures(panel, stats: dict) -> None:
     server = stats.get("server")
     if not server:
         return
-    panel.m_k.caption.setText("draft length k (the server's)")  # not the hidden adaptive setting
+    panel.m_k.caption.setText("k (the server's)")  # not the hidden adaptive setting
     bits = [f"{html.escape(server.get('engine', '?'))} server"]
     if server.get("tokens_per_second"):
         bits.append(f"{server['tokens_per_second']:.1f} tok/s by its own clock")

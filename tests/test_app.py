@@ -300,6 +300,11 @@ def test_the_side_panel_shows_the_engines_figures_live_and_final(qtbot, make_win
     meta = win.chat_view.messages[-1].meta_label.text()
     assert f"{final['decode_tokens_per_second']:.1f} tok/s decode" in meta
     assert f"{final['tokens_per_second']:.1f} tok/s end-to-end" in meta and "plain steps" in meta
+    # everything the panel shows fits it at the window's default width: nothing cut at its edge
+    win.resize(1360, 860)
+    win.show()
+    qtbot.waitExposed(win)
+    assert p.widget().minimumSizeHint().width() <= p.viewport().width()
 
 
 def test_the_models_box_lists_the_load_notes(qtbot, make_window, tmp_path):

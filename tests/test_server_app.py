@@ -111,7 +111,12 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     assert msg.role == "assistant" and len(msg.tokens) == 16 and {t.kind for t in msg.tokens} <= SPEC_KINDS
     assert msg.stats["server"]["engine"] == "llama.cpp" and msg.stats["draft_tokens"] > 0
     assert "tok/s by its own clock" in panel.summary.text() and "llama-server timings" in panel.summary.text()
-    assert panel.m_alpha.value.text() != "—" and panel.m_k.caption.text() == "draft length k (the server's)"
+    assert panel.m_alpha.value.text() != "—" and panel.m_k.caption.text() == "k (the server's)"
+    # the server's captions fit the side panel at its default width: nothing is cut at its edge
+    win.resize(1360, 860)
+    win.show()
+    qtbot.waitExposed(win)
+    assert panel.widget().minimumSizeHint().width() <= panel.viewport().width()
     # the next turn: the conversation so far, through the server's own template
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         assert win.send("is it done")
