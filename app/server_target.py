@@ -18,6 +18,8 @@ import html
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QLineEdit
 
+from specdec_core.server.generation import figure_notes
+
 MODE_TEXT = {
     # short enough for the side panel's toggle at its narrowest; the tooltip says the rest
     "speculative": "⚡ Speculative, by the server",
@@ -124,15 +126,8 @@ def show_server_figures(panel, stats: dict) -> None:
         return
     panel.m_k.caption.setText("k (the server's)")  # not the hidden adaptive setting
     bits = [f"{html.escape(server.get('engine', '?'))} server"]
-    if server.get("tokens_per_second"):
-        bits.append(f"{server['tokens_per_second']:.1f} tok/s by its own clock")
-    if stats.get("draft_tokens"):
-        bits.append(f"drafted {stats['draft_tokens']}, accepted {stats.get('accepted_draft_tokens', 0)}")
-    bits.append(f"figures: {html.escape(str(server.get('figures', 'none')))}")
-    if server.get("server_wide"):
-        bits.append("server-wide counters: other requests meanwhile count too")
-    if server.get("colour_note"):
-        bits.append(f"some colours withheld: {html.escape(server['colour_note'])}")
+    notes = figure_notes(server, stats.get("draft_tokens", 0), stats.get("accepted_draft_tokens", 0))
+    bits += [html.escape(note) for note in notes]
     if server.get("error"):
         bits.append(f"<b>cut off</b>: {html.escape(server['error'])}")
     text = panel.summary.text()

@@ -31,17 +31,11 @@ def connect_engine(args):
 
 def server_line(stats) -> str:
     """One line of what the server reported about an answer (empty for a local model)."""
+    from .server.generation import figure_notes
+
     server = getattr(stats, "server", None)
     if not server:
         return ""
     bits = [f"server: {server.get('engine', '?')} at {server.get('url', '?')}"]
-    if server.get("tokens_per_second"):
-        bits.append(f"{server['tokens_per_second']:.1f} tok/s by its own clock")
-    if stats.draft_tokens:
-        bits.append(f"drafted {stats.draft_tokens}, accepted {stats.accepted_draft_tokens}")
-    bits.append(f"figures from {server.get('figures', 'nothing')}")
-    if server.get("server_wide"):
-        bits.append("counted server-wide: other requests meanwhile count too")
-    if server.get("colour_note"):
-        bits.append(f"some colours withheld ({server['colour_note']})")
+    bits += figure_notes(server, stats.draft_tokens, stats.accepted_draft_tokens)
     return ", ".join(bits)

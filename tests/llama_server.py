@@ -110,6 +110,14 @@ class LlamaServer:
             self._log_file.close()
 
 
+def server_ggufs(folder: Path) -> dict:
+    """What the server tests serve, written into `folder` (a fixture's folder): the tiny
+    target, its noisy draft, the never-ending target, and the folder itself (for logs)."""
+    need_llama_server()
+    target, draft = tiny_pair_ggufs(folder, noise=0.05)
+    return {"target": target, "draft": draft, "endless": endless_gguf(folder), "folder": folder}
+
+
 def tiny_pair_ggufs(folder: Path, noise: float = 0.05) -> tuple[Path, Path]:
     """The tests' tiny Qwen2 target and a draft that is the target plus a little noise, as F32
     GGUFs llama-server loads in milliseconds; returns (target, draft) paths. The same models in

@@ -23,7 +23,7 @@ from app.main_window import MainWindow  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
 from app_fixtures import relay  # noqa: E402
-from llama_server import endless_gguf, free_port, need_llama_server, serve, tiny_pair_ggufs  # noqa: E402
+from llama_server import free_port, serve, server_ggufs  # noqa: E402
 
 TIMEOUT = 60_000
 SPEC_KINDS = {"standard", "accepted", "corrected", "bonus"}
@@ -31,10 +31,7 @@ SPEC_KINDS = {"standard", "accepted", "corrected", "bonus"}
 
 @pytest.fixture(scope="module")
 def ggufs(tmp_path_factory):
-    need_llama_server()
-    folder = tmp_path_factory.mktemp("app-server-ggufs")
-    target, draft = tiny_pair_ggufs(folder, noise=0.05)
-    return {"target": target, "draft": draft, "endless": endless_gguf(folder), "folder": folder}
+    return server_ggufs(tmp_path_factory.mktemp("app-server-ggufs"))
 
 
 @pytest.fixture(scope="module")

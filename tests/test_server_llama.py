@@ -20,17 +20,14 @@ import time
 
 import pytest
 
-from llama_server import LlamaServer, endless_gguf, free_port, need_llama_server, serve, tiny_pair_ggufs, tiny_pair_models
+from llama_server import LlamaServer, free_port, serve, server_ggufs, tiny_pair_models
 
 PROMPT = "the cat sat on the mat"
 
 
 @pytest.fixture(scope="module")
 def ggufs(tmp_path_factory):
-    need_llama_server()
-    folder = tmp_path_factory.mktemp("server-ggufs")
-    target, draft = tiny_pair_ggufs(folder, noise=0.05)
-    return {"target": target, "draft": draft, "endless": endless_gguf(folder), "folder": folder}
+    return server_ggufs(tmp_path_factory.mktemp("server-ggufs"))
 
 
 @pytest.fixture(scope="module")

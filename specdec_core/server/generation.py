@@ -41,6 +41,22 @@ class ServerStats(Stats):
     server: dict = field(default_factory=dict)
 
 
+def figure_notes(server: dict, draft_tokens: int, accepted_draft_tokens: int) -> list[str]:
+    """What a server reported about one answer, as short phrases (plain text), in the one
+    wording the CLI's line and the app's side panel share."""
+    notes = []
+    if server.get("tokens_per_second"):
+        notes.append(f"{server['tokens_per_second']:.1f} tok/s by its own clock")
+    if draft_tokens:
+        notes.append(f"drafted {draft_tokens}, accepted {accepted_draft_tokens}")
+    notes.append(f"figures from {server.get('figures', 'nothing')}")
+    if server.get("server_wide"):
+        notes.append("counted server-wide: other requests meanwhile count too")
+    if server.get("colour_note"):
+        notes.append(f"some colours withheld ({server['colour_note']})")
+    return notes
+
+
 class ServerGeneration(EventSequence):
     def __init__(self, run: Callable[[ServerGeneration], Iterator[TokenEvent]]):
         self.events: list[TokenEvent] = []
