@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import WORDS, make_model, make_tokenizer, save_gguf, save_model  # noqa: E402
+from tiny_models import WORDS, make_model, make_tokenizer, save_folder, save_gguf  # noqa: E402
 
 from specdec_core.models import (  # noqa: E402
     ModelError,
@@ -35,16 +35,11 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
 
 
-def folder(tmp_path, name, words=None, eos=(2, 0), **kw):
-    tok = make_tokenizer(words)
-    return save_model(tmp_path / name, make_model(len(tok), seed=0, eos_token_id=list(eos), **kw), tok)
-
-
 # ---------------------------------------------------------------- vocabularies and the reason
 
 
 def test_folder_and_gguf_vocab_equal_what_the_loader_gives(tmp_path):
-    f = folder(tmp_path, "m")
+    f = save_folder(tmp_path, "m")
     v = vocab.read_vocab(str(f))
     lm = load_model(str(f), device="cpu")
     assert v == vocab.of_tokenizer(lm.tokenizer, lm.eos_token_ids, str(f.resolve()))
@@ -60,16 +55,16 @@ def test_folder_and_gguf_vocab_equal_what_the_loader_gives(tmp_path):
 
 
 def test_the_reasons_name_the_first_difference(tmp_path):
-    target = vocab.read_vocab(str(folder(tmp_path, "t")))
+    target = vocab.read_vocab(str(save_folder(tmp_path, "t")))
     other = list(WORDS)
     other[other.index("mat")] = "rat"
-    why = vocab.incompatibility(target, vocab.read_vocab(str(folder(tmp_path, "other", other))))
+    why = vocab.incompatibility(target, vocab.read_vocab(str(save_folder(tmp_path, "other", other))))
     assert why.startswith("token id ") and "'Ġm' in the target but 'Ġr' in the draft" in why
-    smaller = vocab.read_vocab(str(folder(tmp_path, "small", WORDS[:-3])))
+    smaller = vocab.read_vocab(str(save_folder(tmp_path, "small", WORDS[:-3])))
     why = vocab.incompatibility(target, smaller)
     assert why == (f"the target has {len(target):,} tokens but the draft only {len(smaller):,} "
                    f"(first missing id {len(smaller)}, {target.tokens[len(smaller)]!r})")
-    why = vocab.incompatibility(target, vocab.read_vocab(str(folder(tmp_path, "eos", eos=(2,)))))
+    why = vocab.incompatibility(target, vocab.read_vocab(str(save_folder(tmp_path, "eos", eos=(2,)))))
     assert why == "token id 0 ('<|endoftext|>') ends generation for the target only (target eos ids [0, 2], draft [2])"
     # a bigger draft vocabulary is fine: the draft never proposes ids the target lacks
     bigger = vocab.Vocab(target.tokens + ("<|extra|>",), target.eos_ids, "x")
@@ -79,7 +74,7 @@ def test_the_reasons_name_the_first_difference(tmp_path):
 def test_loaded_check_says_what_the_file_check_says(tmp_path):
     other = list(WORDS)
     other[other.index("cat")] = "cow"
-    t, d = folder(tmp_path, "t"), folder(tmp_path, "d", other)
+    t, d = save_folder(tmp_path, "t"), save_folder(tmp_path, "d", other)
     before = vocab.incompatibility(vocab.read_vocab(str(t)), vocab.read_vocab(str(d)))
     with pytest.raises(ModelError) as e:
         check_compatible(load_model(str(t), device="cpu"), load_model(str(d), device="cpu"))
@@ -91,7 +86,7 @@ def test_unreadable_sources_are_one_line(tmp_path):
     bad.write_bytes(b"GGUF" + b"\0" * 10)
     with pytest.raises(ModelError, match="not a readable GGUF"):
         vocab.read_vocab(str(bad))
-    broken = folder(tmp_path, "broken")
+    broken = save_folder(tmp_path, "broken")
     (broken / "tokenizer.json").write_text("{not json")
     with pytest.raises(ModelError, match="cannot read the tokenizer"):
         vocab.read_vocab(str(broken))
@@ -103,7 +98,7 @@ def test_unreadable_sources_are_one_line(tmp_path):
 
 
 def test_describe_folder_and_gguf(tmp_path):
-    f = folder(tmp_path, "m", hidden=64, intermediate=256)
+    f = save_folder(tmp_path, "m", hidden=64, intermediate=256)
     m = local.describe(str(f))
     model = make_model(len(make_tokenizer()), seed=0, hidden=64, intermediate=256)
     assert (m.format, m.quantization, m.architecture, m.error) == ("safetensors", "float32", "qwen2", None)
@@ -125,7 +120,7 @@ def test_describe_folder_and_gguf(tmp_path):
 
 
 def test_bnb_saved_folder_reports_its_quantization(tmp_path):
-    f = folder(tmp_path, "q")
+    f = save_folder(tmp_path, "q")
     cfg = json.loads((f / "config.json").read_text())
     cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
     (f / "config.json").write_text(json.dumps(cfg))
@@ -141,7 +136,7 @@ def test_scan_lists_each_place_once(tmp_path, monkeypatch):
     tok = make_tokenizer()
     local.cache.gguf_dir().mkdir(parents=True)
     cached = save_gguf(local.cache.gguf_dir() / "extra.gguf", make_model(len(tok), seed=0), tok)
-    f = folder(tmp_path, "mine")
+    f = save_folder(tmp_path, "mine")
     recent.remember(str(f), "target", {"name": "mine", "quantization": "nf4", "dtype": "float32", "device": "cpu",
                                        "memory_bytes": 1234})
     recent.remember(str(cached), "draft")
@@ -180,7 +175,7 @@ def test_recents_newest_first_bounded_and_forgiving(tmp_path):
 @pytest.mark.parametrize("quant", ["none", "nf4", "int8"])
 def test_estimate_matches_the_loaded_bytes(tmp_path, quant):
     pytest.importorskip("bitsandbytes")
-    f = folder(tmp_path, "m", hidden=64, intermediate=256)
+    f = save_folder(tmp_path, "m", hidden=64, intermediate=256)
     est = memory.estimate(str(f), "target", dtype="float32", quantization=quant)
     lm = load_model(str(f), device="cpu", quantization=quant)
     weights = est.bytes / (1 + memory.OVERHEAD)

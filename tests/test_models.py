@@ -14,7 +14,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import WORDS, make_model, make_tokenizer, save_gguf, save_pair  # noqa: E402
+from tiny_models import WORDS, install_embedded, make_model, make_tokenizer, save_gguf, save_pair  # noqa: E402
 
 from specdec_core import models  # noqa: E402
 from specdec_core.cpu import build  # noqa: E402
@@ -223,17 +223,6 @@ def test_different_eos_is_incompatible():
 # ---------------------------------------------------------------- embedded default pair (fake parts)
 
 
-def _fake_dist(site: Path, dist: str, module: str, rel: str, data: bytes) -> None:
-    """An installed distribution as importlib.metadata sees it: dist-info + RECORD + the file."""
-    file = site / rel
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_bytes(data)
-    info = site / f"{module}-0.0.1.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n")
-    (info / "RECORD").write_text(f"{rel},,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
-
-
 @pytest.fixture
 def fake_embedded(tmp_path, monkeypatch):
     """Three fake data packages holding the parts of a tiny GGUF, installed on sys.path."""
@@ -241,17 +230,9 @@ def fake_embedded(tmp_path, monkeypatch):
     gguf_bytes = save_gguf(tmp_path / "whole.gguf", make_model(len(tok), seed=0), tok).read_bytes()
     site = tmp_path / "site"
     cut = [0, len(gguf_bytes) // 3, 2 * len(gguf_bytes) // 3, len(gguf_bytes)]
-    parts = []
-    for n in range(1, 4):
-        module = f"specdec_fake_part{n}"
-        rel = f"{module}/data/part{n:02d}.bin"
-        _fake_dist(site, f"specdec-fake-part{n}", module, rel, gguf_bytes[cut[n - 1]: cut[n]])
-        parts.append(default_pair.Part(f"specdec-fake-part{n}", "0.0.1", rel))
+    model = install_embedded(site, "target", "tiny fake", "tiny-fake.gguf",
+                             {f"specdec-fake-part{n}": gguf_bytes[cut[n - 1]: cut[n]] for n in range(1, 4)})
     monkeypatch.syspath_prepend(str(site))
-    model = default_pair.EmbeddedModel(
-        role="target", name="tiny fake", filename="tiny-fake.gguf", size=len(gguf_bytes),
-        sha256=hashlib.sha256(gguf_bytes).hexdigest(), parts=tuple(parts),
-    )
     monkeypatch.setitem(default_pair.EMBEDDED, "target", model)
     monkeypatch.setitem(default_pair.EMBEDDED, "draft", model)
     return model, site, tok

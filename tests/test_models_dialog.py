@@ -9,7 +9,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import hashlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -20,23 +19,21 @@ pytest.importorskip("pytestqt")
 
 sys.path.insert(0, str(Path(__file__).parent))
 from hub_server import tiny_repo_files  # noqa: E402
-from tiny_models import WORDS, make_model, make_tokenizer, save_gguf, save_model  # noqa: E402
+from tiny_models import (  # noqa: E402
+    WORDS,
+    install_embedded,
+    make_model,
+    make_tokenizer,
+    save_folder,
+    save_gguf,
+    save_model,
+)
 
 from app.models_dialog import NO_DRAFT, ModelsDialog  # noqa: E402
 from app.worker import LoadRequest  # noqa: E402
 from specdec_core.models import default_pair, memory, recent  # noqa: E402
 
 TIMEOUT = 30_000
-
-
-def _fake_dist(site: Path, dist: str, module: str, rel: str, data: bytes) -> None:
-    file = site / rel
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_bytes(data)
-    info = site / f"{module}-0.0.1.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n")
-    (info / "RECORD").write_text(f"{rel},,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
 
 
 @pytest.fixture
@@ -52,19 +49,10 @@ def env(tmp_path, monkeypatch):
     site = tmp_path / "site"
     for role, seed, hidden in (("target", 0, 32), ("draft", 1, 16)):
         data = save_gguf(tmp_path / f"{role}.gguf", make_model(len(tok), seed=seed, hidden=hidden), tok).read_bytes()
-        module = f"specdec_fake_{role}"
-        rel = f"{module}/data/part01.bin"
-        _fake_dist(site, f"specdec-fake-{role}", module, rel, data)
-        monkeypatch.setitem(default_pair.EMBEDDED, role, default_pair.EmbeddedModel(
-            role=role, name=f"tiny embedded {role}", filename=f"tiny-{role}.gguf", size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(), parts=(default_pair.Part(f"specdec-fake-{role}", "0.0.1", rel),)))
+        monkeypatch.setitem(default_pair.EMBEDDED, role, install_embedded(
+            site, role, f"tiny embedded {role}", f"tiny-{role}.gguf", {f"specdec-fake-{role}": data}))
     monkeypatch.syspath_prepend(str(site))
     return tmp_path
-
-
-def folder(root: Path, name: str, words=None, eos=(2, 0), **kw) -> Path:
-    tok = make_tokenizer(words)
-    return save_model(root / name, make_model(len(tok), seed=0, eos_token_id=list(eos), **kw), tok)
 
 
 @pytest.fixture
@@ -130,11 +118,11 @@ def test_drafts_that_fit_come_first_and_the_others_say_why(qtbot, open_dialog, e
     other = list(WORDS)
     other[other.index("mat")] = "rat"
     paths = {
-        "target": folder(env, "target"),
-        "fits": folder(env, "fits", hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32),
-        "words": folder(env, "words", other),
-        "eos": folder(env, "eos", eos=(2,)),
-        "small": folder(env, "small", WORDS[:-3]),
+        "target": save_folder(env, "target"),
+        "fits": save_folder(env, "fits", hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32),
+        "words": save_folder(env, "words", other),
+        "eos": save_folder(env, "eos", eos=(2,)),
+        "small": save_folder(env, "small", WORDS[:-3]),
     }
     for p in paths.values():
         recent.remember(str(p), file=env / "data" / recent.FILE_NAME)
@@ -174,7 +162,7 @@ def test_drafts_that_fit_come_first_and_the_others_say_why(qtbot, open_dialog, e
 
 
 def test_a_preset_not_downloaded_keeps_its_own_draft_and_says_why_others_wait(qtbot, open_dialog, env):
-    recent.remember(str(folder(env, "t")), file=env / "data" / recent.FILE_NAME)
+    recent.remember(str(save_folder(env, "t")), file=env / "data" / recent.FILE_NAME)
     dlg = open_dialog()
     pick_target(qtbot, dlg, "preset:gpu-7b")  # offline, nothing of it downloaded
     assert "cannot be checked yet: cannot reach the Hugging Face hub" in dlg.drafts_title.text()
@@ -273,7 +261,7 @@ def test_too_big_gets_numbers_and_a_smaller_preset(qtbot, open_dialog, monkeypat
 
 def test_load_anyway_is_the_users_call(qtbot, open_dialog, monkeypatch, env):
     monkeypatch.setattr(memory, "probe", lambda gpu=True: memory.Machine(1 << 30, 10_000))
-    t = folder(env, "t")
+    t = save_folder(env, "t")
     recent.remember(str(t), file=env / "data" / recent.FILE_NAME)
     dlg = open_dialog()
     pick_target(qtbot, dlg, f"model:{t.resolve()}")
@@ -293,8 +281,8 @@ def test_main_window_loads_what_the_dialog_chose(qtbot, env, tmp_path):
     from app.theme import Theme
     from app_fixtures import tiny_factory
 
-    t = folder(env, "t")
-    d = folder(env, "d", hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32)
+    t = save_folder(env, "t")
+    d = save_folder(env, "d", hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32)
     data = tmp_path / "windata"
     for p in (t, d):
         recent.remember(str(p), file=data / recent.FILE_NAME)

@@ -15,6 +15,7 @@ Stable API (other test files depend on it):
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -141,6 +142,36 @@ def save_model(directory: Path | str, model: Qwen2ForCausalLM, tokenizer: PreTra
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def save_folder(root: Path | str, name: str, words: list[str] | None = None, eos=(2, 0), **shape) -> Path:
+    """A tiny model folder `root/name` on its own vocabulary (`words`) and eos ids; `shape` goes to
+    make_model (hidden, layers, ...)."""
+    tok = make_tokenizer(words)
+    return save_model(Path(root) / name, make_model(len(tok), seed=0, eos_token_id=list(eos), **shape), tok)
+
+
+def install_embedded(site: Path, role: str, name: str, filename: str, pieces: dict[str, bytes]):
+    """An embedded model as installed data packages under `site` (put it on sys.path): each piece
+    one distribution, named by its key, holding one part of the file as importlib.metadata sees
+    it (dist-info, RECORD, the file). Returns the default_pair.EmbeddedModel that assembles them."""
+    from specdec_core.models import default_pair
+
+    parts = []
+    for n, (dist, data) in enumerate(pieces.items(), 1):
+        module = dist.replace("-", "_")
+        rel = f"{module}/data/part{n:02d}.bin"
+        file = site / rel
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(data)
+        info = site / f"{module}-0.0.1.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n")
+        (info / "RECORD").write_text(f"{rel},,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+        parts.append(default_pair.Part(dist, "0.0.1", rel))
+    whole = b"".join(pieces.values())
+    return default_pair.EmbeddedModel(role=role, name=name, filename=filename, size=len(whole),
+                                      sha256=hashlib.sha256(whole).hexdigest(), parts=tuple(parts))
 
 
 def save_pair(tmp_path: Path | str) -> tuple[Path, Path]:
