@@ -421,6 +421,9 @@ def test_bench_against_a_server(server, tmp_path, capsys):
     assert o["acceptance_rate"] == sum(r["accepted_draft_tokens"] for r in runs) / sum(r["draft_tokens"] for r in runs)
     assert o["mean_accepted_per_step"] == 48 / sum(r["verifications"] for r in runs)
     assert report["server"]["engine"] == "llama.cpp" and "| **overall** | 4 |" in (out / "report.md").read_text()
+    # the command as run, without the flags that only a local pair takes
+    assert report["command"] == (f"specdec bench --target {server.url} --prompts {prompts} --max-new-tokens 12 "
+                                 f"--temperature 0 --repeats 2 --warmup-tokens 4 --out {out}")
     rc, _, err = run_cli(["bench", "--target", server.url, "--baseline", "hf", "--out", str(out)], capsys)
     assert rc == 2 and "--baseline" in one_error_line(err)
 

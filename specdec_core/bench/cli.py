@@ -52,26 +52,31 @@ def add_bench_parser(sub) -> None:
     b.add_argument("--out", required=True, metavar="DIR", help="where report.json, report.md and the PNGs go")
 
 
-def command_line(args) -> str:
-    """The exact command, rebuilt from the parsed flags (every value spelled out)."""
-    parts = ["specdec", "bench", "--target", args.target, "--draft", args.draft]
+def command_line(args, server: bool = False) -> str:
+    """The exact command, rebuilt from the parsed flags (every value spelled out). With a server
+    as the target only the flags that apply to it; an API key is never written."""
+    local = not server
+    parts = ["specdec", "bench", "--target", args.target] + (["--draft", args.draft] if local else [])
     if args.prompts:
         parts += ["--prompts", args.prompts]
     if args.categories:
         parts += ["--categories", args.categories]
     if args.limit:
         parts += ["--limit", str(args.limit)]
-    parts += ["--max-new-tokens", str(args.max_new_tokens), "--draft-tokens", args.draft_tokens,
-              "--lookup-tokens", args.lookup_tokens, "--temperature", f"{args.temperature:g}"]
+    parts += ["--max-new-tokens", str(args.max_new_tokens)]
+    if local:
+        parts += ["--draft-tokens", args.draft_tokens, "--lookup-tokens", args.lookup_tokens]
+    parts += ["--temperature", f"{args.temperature:g}"]
     if args.temperature > 0:
         parts += ["--top-k", str(args.top_k), "--top-p", f"{args.top_p:g}", "--seed", str(args.seed)]
-    parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens),
-              "--baseline", args.baseline]
-    if args.llama_cpp:
-        parts += ["--llama-cpp", args.llama_cpp]
-    parts += ["--device", args.device, "--dtype", args.dtype]
-    if args.quantization:
-        parts += ["--quantization", args.quantization]
+    parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens)]
+    if local:
+        parts += ["--baseline", args.baseline]
+        if args.llama_cpp:
+            parts += ["--llama-cpp", args.llama_cpp]
+        parts += ["--device", args.device, "--dtype", args.dtype]
+        if args.quantization:
+            parts += ["--quantization", args.quantization]
     parts += ["--out", args.out]
     return " ".join(shlex.quote(p) for p in parts)
 

@@ -11,7 +11,6 @@ the runs. Writes DIR/report.json and DIR/report.md.
 
 from __future__ import annotations
 
-import shlex
 import statistics
 import sys
 import threading
@@ -20,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import BenchError
+from .cli import command_line
 
 
 def refuse_local_flags(args) -> None:
@@ -65,7 +65,7 @@ def run_server_bench(args) -> int:
     report = {
         "schema": 1,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command_line(args),
+        "command": command_line(args, server=True),
         "note": args.note,
         "server": engine.server_info(),
         "models": {"target": engine.target.info.summary(),
@@ -84,22 +84,6 @@ def run_server_bench(args) -> int:
           f"(server's clock), alpha {_f(o['acceptance_rate'])}, tau {_f(o['mean_accepted_per_step'])}")
     print(f"report: {out / 'report.md'}")
     return 0
-
-
-def command_line(args) -> str:
-    """The command, rebuilt from the parsed flags that matter here (the key is never written)."""
-    parts = ["specdec", "bench", "--target", args.target]
-    if args.prompts:
-        parts += ["--prompts", args.prompts]
-    if args.categories:
-        parts += ["--categories", args.categories]
-    if args.limit:
-        parts += ["--limit", str(args.limit)]
-    parts += ["--max-new-tokens", str(args.max_new_tokens), "--temperature", f"{args.temperature:g}"]
-    if args.temperature > 0:
-        parts += ["--top-k", str(args.top_k), "--top-p", f"{args.top_p:g}", "--seed", str(args.seed)]
-    parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens), "--out", args.out]
-    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _one(engine, prompt, settings) -> dict:
