@@ -26,3 +26,9 @@ class StreamBroken(ServerError):
     def __init__(self, message: str, tokens: int = 0):
         super().__init__(message)
         self.tokens = tokens
+
+    @classmethod
+    def unfinished(cls, url: str, tokens: int) -> StreamBroken:
+        """The stream closed cleanly, but without the server's last word on the answer."""
+        return cls(f"{url} ended the answer's stream after {tokens} token(s) without finishing it: "
+                   "the server may have stopped or crashed", tokens)

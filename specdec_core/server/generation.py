@@ -185,8 +185,7 @@ def stream_llama(endpoint, prompt_ids: list[int], req: Request, base: dict) -> C
             raise
         cancelled = req.cancel is not None and req.cancel.is_set()
         if final is None and not cancelled:
-            err = StreamBroken(f"{endpoint.url} ended the answer's stream after {rb.n} token(s) without "
-                               "finishing it: the server may have stopped or crashed", len(gen.events))
+            err = StreamBroken.unfinished(endpoint.url, len(gen.events))
             gen.error = err
             gen.stats = _llama_stats(rb, timings, req, proposer, base, t0, t_first, t_last, "error", str(err))
             raise err
@@ -313,8 +312,7 @@ def stream_openai(endpoint, model: str, prompt, req: Request, base: dict, metric
             raise
         cancelled = req.cancel is not None and req.cancel.is_set()
         if not finish and not cancelled:
-            err = StreamBroken(f"{endpoint.url} ended the answer's stream after {len(gen.events)} token(s) "
-                               "without finishing it: the server may have stopped or crashed", len(gen.events))
+            err = StreamBroken.unfinished(endpoint.url, len(gen.events))
             gen.error = err
             gen.stats = _openai_stats(gen, usage, None, req, base, t0, t_first, t_last, "error", str(err))
             raise err
