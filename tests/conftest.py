@@ -133,3 +133,31 @@ def local_hub(tmp_path, monkeypatch):
     yield start
     for server in servers:
         server.__exit__()
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    """make(...) -> a MainWindow on the test's own data folder, loaded (unless load=False) with
+    `request` -- by default tiny models built in the worker thread (app_fixtures.tiny_factory) --
+    and `win.sig`, its worker's signals relayed into the GUI thread. Shut down after the test."""
+    from app.main_window import MainWindow
+    from app.theme import Theme
+    from app.worker import LoadRequest
+    from app_fixtures import relay, tiny_factory
+
+    made = []
+
+    def make(data_dir=None, request=None, load=True, max_new=12):
+        win = MainWindow(data_dir or tmp_path / "data", Theme(False), request or LoadRequest(factory=tiny_factory()))
+        qtbot.addWidget(win)
+        win.sig = relay(win.worker)
+        made.append(win)
+        win.side_panel.max_new.setValue(max_new)
+        if load:
+            with qtbot.waitSignal(win.models_ready, timeout=60_000):
+                win.start_loading()
+        return win
+
+    yield make
+    for win in made:
+        assert win.shutdown()

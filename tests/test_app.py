@@ -23,7 +23,6 @@ from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from app.chat_view import MessageWidget, ViewToken, align, token_tooltip  # noqa: E402
 from app.history import History  # noqa: E402
-from app.main_window import MainWindow  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
 from app_fixtures import relay, tiny_factory  # noqa: E402
@@ -45,26 +44,6 @@ def worker(qtbot):
 def sig(worker):
     """The worker's signals, re-emitted in the GUI thread (see app_fixtures.relay)."""
     return relay(worker)
-
-
-@pytest.fixture
-def make_window(qtbot, tmp_path):
-    made = []
-
-    def make(data_dir=None, request=None, load=True, max_new=12):
-        win = MainWindow(data_dir or tmp_path / "data", Theme(False), request or LoadRequest(factory=tiny_factory()))
-        qtbot.addWidget(win)
-        win.sig = relay(win.worker)
-        made.append(win)
-        win.side_panel.max_new.setValue(max_new)
-        if load:
-            with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-                win.start_loading()
-        return win
-
-    yield make
-    for win in made:
-        assert win.shutdown()
 
 
 def record(*signals):

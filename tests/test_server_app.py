@@ -51,24 +51,6 @@ def endless_server(ggufs):
     yield from serve(ggufs["endless"], ctx=16384, log=ggufs["folder"] / "endless.log")
 
 
-@pytest.fixture
-def make_window(qtbot, tmp_path):
-    made = []
-
-    def make(url, max_new=16):
-        win = MainWindow(tmp_path / "data", Theme(False), LoadRequest(url, None))
-        qtbot.addWidget(win)
-        made.append(win)
-        win.side_panel.max_new.setValue(max_new)
-        with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-            win.start_loading()
-        return win
-
-    yield make
-    for win in made:
-        assert win.shutdown()
-
-
 def test_the_worker_streams_a_servers_answer_with_its_figures(qtbot, server):
     worker, thread = start_worker()
     sig = relay(worker)
@@ -94,7 +76,7 @@ def test_the_worker_streams_a_servers_answer_with_its_figures(qtbot, server):
 
 
 def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
-    win = make_window(server.url)
+    win = make_window(request=LoadRequest(server.url, None), max_new=16)
     panel = win.side_panel
     # the server decides: the toggle shows what it does and cannot be switched
     assert not panel.mode_button.isEnabled() and panel.mode == "speculative"
@@ -140,7 +122,7 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
 
 
 def test_a_server_killed_mid_answer_keeps_the_part_marked_as_cut(qtbot, make_window, endless_server, tmp_path):
-    win = make_window(endless_server.url, max_new=8000)
+    win = make_window(request=LoadRequest(endless_server.url, None), max_new=8000)
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
         assert win.send("the cat")
         qtbot.waitUntil(lambda: shown(win) >= 5, timeout=TIMEOUT)
@@ -164,7 +146,7 @@ def test_a_server_killed_mid_answer_keeps_the_part_marked_as_cut(qtbot, make_win
 
 
 def test_stop_mid_answer_from_a_server(qtbot, make_window, endless_server):
-    win = make_window(endless_server.url, max_new=8000)
+    win = make_window(request=LoadRequest(endless_server.url, None), max_new=8000)
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
         assert win.send("the cat")
         qtbot.waitUntil(lambda: shown(win) >= 3, timeout=TIMEOUT)
