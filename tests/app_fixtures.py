@@ -9,7 +9,11 @@ runs to max_new_tokens (deterministic length).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 
@@ -122,3 +126,12 @@ def relay(worker):
     for name in ("progress", "loaded", "load_failed", "started", "tokens", "finished", "failed", "too_long"):
         getattr(worker, name).connect(getattr(r, name))
     return r
+
+
+def heavy_imports(modules: list[str]) -> subprocess.CompletedProcess:
+    """Imports `modules` in a fresh interpreter; exits 1 and prints which of torch and
+    transformers came with them (the GUI thread must never import either)."""
+    code = (f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    return subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})

@@ -9,8 +9,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import html  # noqa: E402
 import io  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -25,7 +23,7 @@ from app.chat_view import MessageWidget, ViewToken, align, token_tooltip  # noqa
 from app.history import History  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
-from app_fixtures import relay, tiny_factory  # noqa: E402
+from app_fixtures import heavy_imports, relay, tiny_factory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_KINDS = {"accepted", "corrected", "bonus", "standard"}  # the first token is the prefill's: standard
@@ -564,10 +562,5 @@ def test_gui_modules_do_not_import_torch():
     modules = sorted(f"app.{p.stem}" for p in (ROOT / "app").glob("*.py") if p.stem != "__init__")
     assert {"app.main_window", "app.worker", "app.race_view", "app.figures", "app.models_dialog",
             "app.models_worker", "app.download_panel"} <= set(modules)
-    code = (
-        f"import importlib, sys; [importlib.import_module(m) for m in {modules!r}]; "
-        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
-    )
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    r = heavy_imports(modules)
     assert r.returncode == 0, r.stdout + r.stderr

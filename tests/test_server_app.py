@@ -8,9 +8,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -22,7 +19,7 @@ from app.history import History  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
-from app_fixtures import relay  # noqa: E402
+from app_fixtures import heavy_imports, relay  # noqa: E402
 from llama_server import free_port, serve, server_ggufs  # noqa: E402
 
 TIMEOUT = 60_000
@@ -207,10 +204,7 @@ def test_app_arguments_for_a_server(monkeypatch):
 
 
 def test_server_modules_do_not_import_torch():
-    code = ("import sys; import app.server_target, specdec_core.server, specdec_core.cli_server; "
-            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    r = heavy_imports(["app.server_target", "specdec_core.server", "specdec_core.cli_server"])
     assert r.returncode == 0, r.stdout + r.stderr
 
 
