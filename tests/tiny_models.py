@@ -10,7 +10,10 @@ Stable API (other test files depend on it):
     make_tokenizer(words=None) -> PreTrainedTokenizerFast
     make_model(vocab_size, seed, hidden=32, layers=2, ...) -> Qwen2ForCausalLM (float32, eval)
     save_model(dir, model, tokenizer) -> Path
+    save_folder(root, name, words=None, eos=(2, 0), **shape) -> Path
     save_pair(tmp_path) -> (target_dir, draft_dir)
+    save_gguf(path, model, tokenizer, ...) -> Path
+    install_embedded(site, role, name, filename, {dist: bytes}) -> default_pair.EmbeddedModel
 """
 
 from __future__ import annotations
