@@ -181,3 +181,33 @@ def make_llama(vocab_size: int, seed: int, hidden: int = 64, layers: int = 2, he
                 p.mul_(25.0)
     model.generation_config = GenerationConfig(eos_token_id=[2, 0], pad_token_id=0)
     return model.eval()
+
+
+# ---------------------------------------------------------------- golden numbers
+# What the kernel computed before the interleaved layouts (issue 21): stored bits that every
+# later layout must reproduce, so the committed quality report stays valid. The inputs are
+# rebuilt from seeds; their sha256 is stored too, so a change of inputs (a new numpy or gguf)
+# reads as such, not as a change of the kernel's numbers.
+
+GOLDEN_DIR = Path(__file__).with_name("data")
+
+
+def golden_matmul_case(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(raw blocks [40, row_bytes], x [17, K]) for a type: 896 columns for the 32-element and
+    float types (a partial last group of 8 blocks, the 0.5B's width), 1024 for the K-quants."""
+    rng = np.random.default_rng(1000 + ALL_TYPES.index(name))
+    kdim = 1024 if name in K_QUANTS else 896
+    raw = random_blocks(name, 40, kdim, rng)
+    x = rng.standard_normal((17, kdim)).astype(np.float32)
+    x[3] *= 100
+    x[11] = 0.0  # a row of zeros
+    return raw, x
+
+
+def sha(*arrays: np.ndarray) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gguf_blocks import ALL_TYPES, dequantize, random_blocks, type_id
+from gguf_blocks import ALL_TYPES, GOLDEN_DIR, dequantize, golden_matmul_case, random_blocks, sha, type_id
 from specdec_core.cpu import build
 
 P = lambda a: a.ctypes.data  # noqa: E731
@@ -132,6 +132,33 @@ def test_rows_alone_equal_rows_together_for_any_thread_count(portable, name):
             for rows in [slice(0, n) for n in range(1, 17)] + [slice(5, 7), slice(8, 17), slice(16, 17)]:
                 alone = matmul(k, np.ascontiguousarray(x[rows]), raw, name, threads)
                 assert np.array_equal(bits(alone), bits(ref[rows])), (k.name, threads, rows)
+
+
+# SPECDEC_WRITE_CPU_GOLDEN=1 rewrites the stored numbers from the code as it is: only for a
+# reviewed change of what the kernel computes (never to make a failing test pass)
+WRITE_GOLDEN = bool(os.environ.get("SPECDEC_WRITE_CPU_GOLDEN"))
+GOLDEN_MATMUL = GOLDEN_DIR / "cpu_golden_matmul.npz"
+
+
+def test_every_build_gives_the_stored_numbers():
+    """Each type's matmul of 17 rows (an outlier row, a zero row), on every build, equals the
+    bits stored from the kernel before the interleaved layouts (tests/data)."""
+    kernels = [build.load_variant(build.BY_NAME["portable"])] + [build.load_variant(v) for v in SIMD]
+    if WRITE_GOLDEN:
+        out = {}
+        for name in ALL_TYPES:
+            raw, x = golden_matmul_case(name)
+            out[f"{name}.inputs"] = np.array(sha(raw, x))
+            out[f"{name}.y"] = matmul(kernels[0], x, raw, name)
+        GOLDEN_MATMUL.parent.mkdir(exist_ok=True)
+        np.savez_compressed(GOLDEN_MATMUL, **out)
+    stored = np.load(GOLDEN_MATMUL)
+    for name in ALL_TYPES:
+        raw, x = golden_matmul_case(name)
+        assert str(stored[f"{name}.inputs"]) == sha(raw, x), f"{name}: the inputs changed (numpy or gguf-py?), not the kernel"
+        for k in kernels:
+            for threads in (1, 2):
+                assert np.array_equal(bits(matmul(k, x, raw, name, threads)), bits(stored[f"{name}.y"])), (name, k.name, threads)
 
 
 def test_row_map_reads_rows_in_its_order(portable):

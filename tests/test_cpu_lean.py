@@ -9,11 +9,16 @@ equal standard decoding through Engine.load, checked last.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
 from conftest import soften
-from gguf_blocks import make_llama, write_gguf
+from gguf_blocks import GOLDEN_DIR, make_llama, sha, write_gguf
 from specdec_core.cpu import lean as lean_mod
 from specdec_core.cpu import model as cm
 from tiny_models import make_model, make_tokenizer
@@ -135,3 +140,75 @@ def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory
         spec = engine.generate(ids, settings, mode="speculative").run()
         assert spec.token_ids == standard.token_ids, prompt
         assert spec.stats.draft_tokens > 0
+
+
+# ---------------------------------------------------------------- the numbers of before
+# SPECDEC_WRITE_CPU_GOLDEN=1 rewrites them from the code as it is (a reviewed change only)
+WRITE_GOLDEN = bool(os.environ.get("SPECDEC_WRITE_CPU_GOLDEN"))
+GOLDEN_TINY = GOLDEN_DIR / "cpu_golden_lean.npz"
+GOLDEN_REAL = GOLDEN_DIR / "cpu_golden_embedded.json"
+
+
+def _golden_models(root: Path, tok) -> dict[str, Path]:
+    """Two tiny qwen2 files: K-quants at a width of 256 (a 64-token head: whole groups of 8
+    rows), and the 32-element types at a width of 224 (7 blocks: a partial group; a 61-token
+    head: rows not a multiple of 8)."""
+    k = soften(make_model(64, seed=11, hidden=256, intermediate=512, heads=4, kv_heads=2,
+                          tie_word_embeddings=False), 5.0)
+    small = soften(make_model(len(tok), seed=12, hidden=224, intermediate=160, heads=4, kv_heads=2,
+                              tie_word_embeddings=False), 5.0)
+    return {"k": write_gguf(root / "k.gguf", k, tok, K_TYPES), "small": write_gguf(root / "s.gguf", small, tok, SMALL_TYPES)}
+
+
+def test_lean_logits_equal_the_stored_numbers(tmp_path, tok):
+    """The lean forward's logits (20 rows in one pass, then 1, 3 and 9 rows on a cache) equal
+    the bits stored from the kernel before the interleaved layouts."""
+    ids = _ids(tok, 33)
+    got = {}
+    for tag, path in _golden_models(tmp_path, tok).items():
+        lean = lean_mod.LeanForward(cm.load(path, None).model)
+        cache = lean.new_cache()
+        got[f"{tag}.inputs"] = np.array(sha(np.fromfile(path, np.uint8)))
+        got[f"{tag}.prefill"] = lean(ids[:20], 0, cache, 20).numpy()
+        got[f"{tag}.steps"] = torch.cat([lean(ids[20:21], 20, cache, 1), lean(ids[21:24], 21, cache, 3),
+                                         lean(ids[24:33], 24, cache, 9)]).numpy()
+    if WRITE_GOLDEN:
+        np.savez_compressed(GOLDEN_TINY, **got)
+    stored = np.load(GOLDEN_TINY)
+    for key, value in got.items():
+        if key.endswith(".inputs"):
+            assert str(stored[key]) == str(value), f"{key}: the tiny model changed (torch or gguf-py?), not the kernel"
+        else:
+            assert np.array_equal(value.view(np.uint32), stored[key].view(np.uint32)), key
+
+
+def _embedded(role: str) -> Path:
+    from specdec_core.models.default_pair import EMBEDDED
+
+    folder = Path.home() / ".cache" / "specdec-chat" / "gguf"
+    return folder / EMBEDDED[role].filename  # where the first Engine.load assembled it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_the_embedded_pair_gives_the_stored_numbers(role):
+    """The real pair, as Engine.load runs it (the draft requantized), gives the logits it gave
+    before the interleaved layouts: a 64-row prefill, then passes of 9 and 1 rows (sha256 of
+    their bits; skipped where the assembled files are absent)."""
+    path = _embedded(role)
+    if not path.is_file():
+        pytest.skip(f"{path} not assembled")
+    loaded = cm.load(path, None)
+    if role == "draft":
+        cm.requantize_for_draft(loaded.model, loaded.file)
+    lean = lean_mod.LeanForward(loaded.model)
+    ids = [(7919 * i + 13) % 150_000 for i in range(74)]
+    cache = lean.new_cache()
+    passes = [lean(ids[:64], 0, cache, 64), lean(ids[64:73], 64, cache, 9), lean(ids[73:74], 73, cache, 1)]
+    got = {"prefill": sha(passes[0].numpy()), "rows9": sha(passes[1].numpy()), "rows1": sha(passes[2].numpy()),
+           "top": [int(i) for i in passes[1].argmax(-1)]}
+    stored = json.loads(GOLDEN_REAL.read_text()) if GOLDEN_REAL.is_file() else {}
+    if WRITE_GOLDEN:
+        stored[role] = got
+        GOLDEN_REAL.write_text(json.dumps(stored, indent=1) + "\n")
+    assert got == stored[role]
