@@ -33,16 +33,16 @@ int main(int argc, char** argv) {
   const uint8_t* w = slurp(dir, "w.bin", (size_t)rows * rb);
   const float* x = slurp(dir, "x.bin", sizeof(float) * M * K);
   float* deq = malloc(sizeof(float) * rows * K);
-  sd_dequantize(type, w, rb, NULL, rows, K, deq);
+  sd_dequantize(type, w, rb, 0, NULL, rows, K, deq);
   spill(dir, "deq.bin", deq, sizeof(float) * rows * K);
   float* y = malloc(sizeof(float) * M * rows);
   for (int threads = 1; threads <= 2; threads++) {
     char name[16];
-    if (sd_matmul(x, M, K, type, w, rows, rb, NULL, y, rows, threads)) return 3;
+    if (sd_matmul(x, M, K, type, w, rows, rb, 0, NULL, y, rows, threads)) return 3;
     snprintf(name, sizeof name, "all%d.bin", threads);
     spill(dir, name, y, sizeof(float) * M * rows);
     for (int m = 0; m < M; m++)
-      if (sd_matmul(x + (size_t)m * K, 1, K, type, w, rows, rb, NULL, y + (size_t)m * rows, rows, threads)) return 3;
+      if (sd_matmul(x + (size_t)m * K, 1, K, type, w, rows, rb, 0, NULL, y + (size_t)m * rows, rows, threads)) return 3;
     snprintf(name, sizeof name, "one%d.bin", threads);
     spill(dir, name, y, sizeof(float) * M * rows);
   }

@@ -49,11 +49,11 @@ SIMD = _simd_builds()
 ACT_BLOCK = {**{n: 32 for n in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")}, **{n: 256 for n in ("Q4_K", "Q5_K", "Q6_K")}}
 
 
-def matmul(k, x: np.ndarray, raw: np.ndarray, name: str, threads: int = 1, rowmap=None) -> np.ndarray:
+def matmul(k, x: np.ndarray, raw: np.ndarray, name: str, threads: int = 1, rowmap=None, layout: int = 0) -> np.ndarray:
     m, kdim = x.shape
     n = raw.shape[0] if rowmap is None else len(rowmap)
     y = np.full((m, n), np.nan, np.float32)
-    rc = k.lib.sd_matmul(P(x), m, kdim, type_id(name), P(raw), n, raw.shape[1],
+    rc = k.lib.sd_matmul(P(x), m, kdim, type_id(name), P(raw), n, raw.shape[1], layout,
                          None if rowmap is None else P(rowmap), P(y), n, threads)
     assert rc == 0
     return y
@@ -104,12 +104,12 @@ def test_decoders_equal_gguf_py_bit_for_bit(portable, name):
     ref = dequantize(raw, name, 512)
     for k in [portable] + [build.load_variant(v) for v in SIMD]:
         out = np.empty_like(ref)
-        k.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], None, 7, 512, P(out))
+        k.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], 0, None, 7, 512, P(out))
         assert np.array_equal(bits(out), bits(ref)), k.name
     # rows gathered by index (an embedding lookup)
     idx = np.array([6, 0, 3, 3], np.int32)
     out = np.empty((4, 512), np.float32)
-    portable.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], P(idx), 4, 512, P(out))
+    portable.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], 0, P(idx), 4, 512, P(out))
     assert np.array_equal(bits(out), bits(ref[idx]))
 
 
@@ -159,6 +159,105 @@ def test_every_build_gives_the_stored_numbers():
         for k in kernels:
             for threads in (1, 2):
                 assert np.array_equal(bits(matmul(k, x, raw, name, threads)), bits(stored[f"{name}.y"])), (name, k.name, threads)
+
+
+# ---------------------------------------------------------------- the interleaved layout (x8)
+
+X8_TYPES = ("Q4_K", "Q6_K", "Q4_0", "Q5_0", "Q8_0")
+X8 = 1
+
+
+def repack(k, raw: np.ndarray, name: str, kdim: int, layout: int = X8) -> np.ndarray:
+    out = np.empty_like(raw)
+    assert k.lib.sd_repack(type_id(name), P(raw), raw.shape[1], raw.shape[0], kdim, P(out), layout, 2) == 0
+    return out
+
+
+def test_x8_types_are_the_ones_the_kernel_interleaves(portable):
+    assert [n for n in ALL_TYPES if portable.lib.sd_x8_supported(type_id(n))] == sorted(X8_TYPES, key=ALL_TYPES.index)
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_x8_repack_is_a_permutation_undone_exactly(portable, name):
+    """Repacking moves every byte (Q4_K's scales and Q5_0's high bits are re-encoded, in the
+    same bits) and unpacking gives the file's rows back; dequantized rows read through either
+    layout agree bit for bit."""
+    rng = np.random.default_rng(20)
+    kdim = 512 if name in ("Q4_K", "Q6_K") else 224
+    raw = random_blocks(name, 24, kdim, rng)
+    x8 = repack(portable, raw, name, kdim)
+    assert not np.array_equal(x8, raw) and x8.nbytes == raw.nbytes
+    assert np.array_equal(repack(portable, x8, name, kdim, layout=0), raw)
+    idx = np.array([23, 0, 9, 9, 16], np.int32)
+    a, b = np.empty((5, kdim), np.float32), np.empty((5, kdim), np.float32)
+    assert portable.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], 0, P(idx), 5, kdim, P(a)) == 0
+    assert portable.lib.sd_dequantize(type_id(name), P(x8), raw.shape[1], X8, P(idx), 5, kdim, P(b)) == 0
+    assert np.array_equal(bits(a), bits(b))
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_x8_equals_the_file_rows_for_every_pass_size_thread_count_and_build(portable, name):
+    """The interleaved matmul gives the row-major matmul's bits (the portable build's, today's
+    numbers) for passes of 1..17 rows and of 70 (two kernel blocks of activation rows), with 1
+    and 2 threads, on every build; 56 rows of 32-blocks: an odd number of 8-row groups."""
+    rng = np.random.default_rng(21)
+    kdim = 1024 if name in ("Q4_K", "Q6_K") else 896
+    rows = 56
+    raw = random_blocks(name, rows, kdim, rng)
+    x = rng.standard_normal((70, kdim)).astype(np.float32)
+    x[3] *= 100
+    x[5] = 0.0
+    ref = matmul(portable, x, raw, name)
+    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+        x8 = repack(k, raw, name, kdim)
+        for threads in (1, 2):
+            assert np.array_equal(bits(matmul(k, x, x8, name, threads, layout=X8)), bits(ref)), (k.name, threads)
+            for m in range(1, 18):
+                got = matmul(k, np.ascontiguousarray(x[20 : 20 + m]), x8, name, threads, layout=X8)
+                assert np.array_equal(bits(got), bits(ref[20 : 20 + m])), (k.name, threads, m)
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_x8_holds_at_the_extremes_of_the_int16_sums(portable, name):
+    """Codes at the top of their range against activation codes of +-127 everywhere (a constant
+    row quantizes to 127s): the int16 sums' worst case (30480, 31496, 32004, 32512) must not
+    wrap; the results equal the row-major kernel's bits."""
+    rng = np.random.default_rng(22)
+    kdim = 512 if name in ("Q4_K", "Q6_K") else 256
+    raw = random_blocks(name, 16, kdim, rng)
+    blocks = raw.reshape(16, -1, raw.shape[1] * (256 if name in ("Q4_K", "Q6_K") else 32) // kdim)
+    if name == "Q4_K":
+        blocks[:, :, 16:] = 0xFF  # every code 15, scales and mins 63
+    elif name == "Q6_K":
+        blocks[:, :, :192] = 0xFF  # every code 63
+        blocks[:, :, 192:208] = 0x7F  # scales 127
+    elif name == "Q4_0":
+        blocks[:, :, 2:] = 0xFF
+    elif name == "Q5_0":
+        blocks[:, :, 2:] = 0xFF
+    else:
+        blocks[:8, :, 2:] = 0x80  # -128: |w| = 128 against sign(x, w)
+        blocks[8:, :, 2:] = 0x7F
+    x = np.ones((4, kdim), np.float32)
+    x[1] = -1.0
+    x[2, ::2] = -1.0
+    x[3] = rng.standard_normal(kdim)
+    ref = matmul(portable, x, raw, name)
+    assert np.isfinite(ref).all()
+    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+        got = matmul(k, x, repack(k, raw, name, kdim), name, layout=X8)
+        assert np.array_equal(bits(got), bits(ref)), k.name
+
+
+def test_x8_refuses_what_it_cannot_take(portable):
+    raw = random_blocks("Q4_K", 12, 256, np.random.default_rng(23))
+    out = np.empty_like(raw)
+    assert portable.lib.sd_repack(type_id("Q4_K"), P(raw), raw.shape[1], 12, 256, P(out), X8, 1) == 2  # 12 rows
+    q41 = random_blocks("Q4_1", 8, 64, np.random.default_rng(23))
+    assert portable.lib.sd_repack(type_id("Q4_1"), P(q41), q41.shape[1], 8, 64, P(np.empty_like(q41)), X8, 1) == 1
+    x = np.ones((1, 256), np.float32)
+    y = np.empty((1, 12), np.float32)
+    assert portable.lib.sd_matmul(P(x), 1, 256, type_id("Q4_K"), P(raw), 12, raw.shape[1], X8, None, P(y), 12, 1) == 2
 
 
 def test_row_map_reads_rows_in_its_order(portable):

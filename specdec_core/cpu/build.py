@@ -37,7 +37,7 @@ from pathlib import Path
 
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = ("quants.c", "forward.c", "features.c")
-HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h")
+HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h")
 SHIPPED = KERNELS / "lib"
 ENV = "SPECDEC_CPU_KERNEL"
 
@@ -164,17 +164,20 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sd_isa.restype = lib.sd_cpu_features.restype = _INT
     lib.sd_isa.argtypes = lib.sd_cpu_features.argtypes = []
     lib.sd_type_supported.argtypes, lib.sd_type_supported.restype = [_INT], _INT
-    lib.sd_dequantize.argtypes = [_INT, _P, _I64, _P, _I64, _I64, _P]
-    lib.sd_dequantize.restype = None
+    lib.sd_x8_supported.argtypes, lib.sd_x8_supported.restype = [_INT], _INT
+    lib.sd_dequantize.argtypes = [_INT, _P, _I64, _INT, _P, _I64, _I64, _P]
+    lib.sd_dequantize.restype = _INT
     lib.sd_quantize_act.argtypes = [_P, _I64, _I64, _INT, _P, _P, _P]
     lib.sd_quantize_act.restype = None
-    lib.sd_matmul.argtypes = [_P, _I64, _I64, _INT, _P, _I64, _I64, _P, _P, _I64, _INT]
+    lib.sd_matmul.argtypes = [_P, _I64, _I64, _INT, _P, _I64, _I64, _INT, _P, _P, _I64, _INT]
     lib.sd_matmul.restype = _INT
     lib.sd_forward.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _P, _I64, _INT]
     lib.sd_forward.restype = _INT
     lib.sd_exp.argtypes, lib.sd_exp.restype = [_P, _I64], None
-    lib.sd_requantize_q4_0.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _INT]
-    lib.sd_requantize_q4_0.restype = None
+    lib.sd_requantize_q4_0.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _INT, _INT]
+    lib.sd_requantize_q4_0.restype = _INT
+    lib.sd_repack.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _INT, _INT]
+    lib.sd_repack.restype = _INT
     return lib
 
 

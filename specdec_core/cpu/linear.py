@@ -20,15 +20,19 @@ from torch import nn
 
 from .build import kernel
 
+ROWS, X8 = 0, 1  # weight layouts (kernels/sdcpu.h SD_LAYOUT_*)
+
 
 class GGUFMatrix:
     """A weight matrix as the file holds it: N rows of K values in whole blocks."""
 
-    def __init__(self, data: np.ndarray, ggml_type: int, rows: int, cols: int, row_map: np.ndarray | None = None):
+    def __init__(self, data: np.ndarray, ggml_type: int, rows: int, cols: int, row_map: np.ndarray | None = None,
+                 layout: int = ROWS):
         self.data = data  # uint8 [rows, row_bytes], a view of the mapped file (or any array)
         self.ggml_type, self.rows, self.cols = int(ggml_type), int(rows), int(cols)
-        self.row_bytes = int(data.shape[1])
+        self.row_bytes = int(data.shape[1])  # a row's bytes in the file's layout, whatever `layout`
         self.row_map = None if row_map is None else np.ascontiguousarray(row_map, dtype=np.int32)
+        self.layout = layout  # ROWS: the file's; X8: 8 rows interleaved (kernels/sdcpu.h), see repack()
 
     @property
     def nbytes(self) -> int:
@@ -44,14 +48,18 @@ class GGUFMatrix:
             x2 = x2.float().contiguous()
         m = x2.shape[0]
         y = torch.empty(m, self.rows)
+        # an interleaved matrix is multiplied in the file's row order, then permuted: each
+        # output row's number is its own, so the permutation changes no bit
+        row_map = None if self.layout == X8 else self.row_map
         if m:
             rc = kernel().lib.sd_matmul(
-                x2.data_ptr(), m, self.cols, self.ggml_type, self.pointer(), self.rows, self.row_bytes,
-                None if self.row_map is None else self.row_map.ctypes.data, y.data_ptr(), self.rows,
-                torch.get_num_threads(),
+                x2.data_ptr(), m, self.cols, self.ggml_type, self.pointer(), self.rows, self.row_bytes, self.layout,
+                None if row_map is None else row_map.ctypes.data, y.data_ptr(), self.rows, torch.get_num_threads(),
             )
             if rc:
                 raise RuntimeError(f"CPU kernel refused a {self.rows}x{self.cols} matrix of type {self.ggml_type} (code {rc})")
+        if self.layout == X8 and self.row_map is not None:
+            y = y[:, torch.from_numpy(self.row_map).long()]
         return y.reshape(*x.shape[:-1], self.rows)
 
     def rows_as_floats(self, index: torch.Tensor) -> torch.Tensor:
@@ -60,9 +68,24 @@ class GGUFMatrix:
         if self.row_map is not None:
             flat = torch.from_numpy(self.row_map)[flat.long()].contiguous()
         out = torch.empty(flat.numel(), self.cols)
-        kernel().lib.sd_dequantize(self.ggml_type, self.pointer(), self.row_bytes, flat.data_ptr(), flat.numel(),
-                                   self.cols, out.data_ptr())
+        rc = kernel().lib.sd_dequantize(self.ggml_type, self.pointer(), self.row_bytes, self.layout, flat.data_ptr(),
+                                        flat.numel(), self.cols, out.data_ptr())
+        if rc:
+            raise RuntimeError(f"CPU kernel could not dequantize a matrix of type {self.ggml_type} (code {rc})")
         return out.reshape(*index.shape, self.cols)
+
+    def repack(self, nthreads: int = 1) -> "GGUFMatrix":
+        """The same matrix in the interleaved layout (8 rows side by side, kernels/sdcpu.h), a
+        new array in memory; self where the kernel has no such layout for the type or the rows
+        are not a multiple of 8 (those keep the file's rows)."""
+        if self.layout == X8 or self.rows % 8 or not kernel().lib.sd_x8_supported(self.ggml_type):
+            return self
+        out = np.empty((self.rows, self.row_bytes), np.uint8)
+        rc = kernel().lib.sd_repack(self.ggml_type, self.pointer(), self.row_bytes, self.rows, self.cols, out.ctypes.data,
+                                    X8, nthreads)
+        if rc:
+            raise RuntimeError(f"CPU kernel could not repack a {self.rows}x{self.cols} matrix of type {self.ggml_type} (code {rc})")
+        return GGUFMatrix(out, self.ggml_type, self.rows, self.cols, self.row_map, X8)
 
 
 class GGUFLinear(nn.Module):

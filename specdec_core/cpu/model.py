@@ -270,8 +270,10 @@ def requantize_for_draft(model, f: GGUFFile) -> tuple[int, int, int]:
         if m.ggml_type in _KEEP_FOR_DRAFT or m.cols % 32 or id(m) in seen:
             continue
         out = np.empty((m.rows, m.cols // 32 * 18), np.uint8)
-        lib.sd_requantize_q4_0(m.ggml_type, m.pointer(), m.row_bytes, m.rows, m.cols, out.ctypes.data,
-                               torch.get_num_threads())
+        rc = lib.sd_requantize_q4_0(m.ggml_type, m.pointer(), m.row_bytes, m.rows, m.cols, out.ctypes.data, 0,
+                                    torch.get_num_threads())
+        if rc:
+            raise RuntimeError(f"CPU kernel could not requantize a matrix of type {m.ggml_type} (code {rc})")
         count, before, after = count + 1, before + m.nbytes, after + out.nbytes
         if raw_map is not None and isinstance(m.data, np.memmap):  # its file pages: no longer ours
             start = m.data.ctypes.data - f._map.ctypes.data

@@ -116,8 +116,7 @@ SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
                      int64_t ldy) {
   const int64_t nb = K / QKK, ns = K / 16;
   const int bb = sd_blk_bytes(TYPE);
-  float acc1 = 0.0f;
-  float* acc = M == 1 ? &acc1 : (float*)calloc((size_t)M, sizeof(float));
+  float acc[SD_MB] = {0};
   nkblock k;
   for (int64_t b = 0; b < nb; b++) {
     unpack_nk(TYPE, wrow + b * bb, &k);
@@ -134,7 +133,6 @@ SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = acc[m];
-  if (acc != &acc1) free(acc);
 }
 
 static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
@@ -201,7 +199,7 @@ SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
                      int64_t ldy) {
   const int64_t nb = K / QK, ns = K / 16;
   const int off = TYPE == SD_Q4_0 ? 8 : TYPE == SD_Q5_0 ? 16 : 0;
-  float* lanes = (float*)calloc((size_t)(8 * M), sizeof(float));
+  float lanes[8 * SD_MB] = {0};
   for (int64_t i = 0; i < nb; i++) {
     int8x16_t c0, c1;
     float d, mw;
@@ -217,7 +215,6 @@ SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = tree8(lanes + 8 * m);
-  free(lanes);
 }
 
 static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {

@@ -121,7 +121,7 @@ static void prep_b(int type, const uint8_t* blocks, int nb, bprep* p) {
 static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
   const int64_t nb = K / QKK;
   const int bb = sd_blk_bytes(type);
-  float* acc = (float*)calloc((size_t)M, sizeof(float));
+  float acc[SD_MB] = {0};
   kprep p;
   for (int64_t b = 0; b < nb; b++) {
     prep_k(type, wrow + b * bb, &p);
@@ -145,13 +145,12 @@ static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, 
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = acc[m];
-  free(acc);
 }
 
 static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
   const int64_t nb = K / QK, ng = (nb + 7) / 8;
   const int bb = sd_blk_bytes(type);
-  float* lanes = (float*)calloc((size_t)(8 * M), sizeof(float));
+  float lanes[8 * SD_MB] = {0};
   bprep p;
   for (int64_t g = 0; g < ng; g++) {
     const int n = nb - 8 * g < 8 ? (int)(nb - 8 * g) : 8;
@@ -173,5 +172,4 @@ static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, 
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = tree8(lanes + 8 * m);
-  free(lanes);
 }

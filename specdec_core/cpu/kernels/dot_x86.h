@@ -343,8 +343,7 @@ SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     y[0] = tree8_v(lanes);
     return;
   }
-  float lanes1[16]; /* 8 lanes a row (heap: no alignment promise, so unaligned loads) */
-  float* lanes = M <= 2 ? lanes1 : (float*)malloc(sizeof(float) * 8 * (size_t)M);
+  float lanes[8 * SD_MB]; /* 8 lanes a row */
   for (int64_t i = 0; i < 8 * M; i++) lanes[i] = 0.0f;
   SD_ALIGN(32) __m256i c[8], w[8];
   for (int64_t gi = 0; gi < ng; gi++) {
@@ -369,7 +368,6 @@ SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = tree8_v(_mm256_loadu_ps(lanes + 8 * m));
-  if (lanes != lanes1) free(lanes);
 }
 
 static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {

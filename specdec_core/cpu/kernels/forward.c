@@ -44,6 +44,7 @@ static void prof_dump(void) {
 #define PROF_END(i) do { if (prof_on > 0) { double _n = now_s(); prof_t[i] += _n - _pt; _pt = _n; } } while (0)
 
 typedef struct {
+  int fail; /* a kernel's allocation failed: the pass reports SD_ENOMEM */
   sd_act a256, a32;
   float *x, *h, *q, *k, *v, *att, *g, *u, *tmp, *scores, *cs, *sn;
 } work;
@@ -92,7 +93,10 @@ static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, co
       while (cc >= nch[i]) cc -= nch[i++];
       const int64_t rows = ws[i]->rows, lo = cc * SD_ROW_CHUNK, hi = lo + SD_ROW_CHUNK < rows ? lo + SD_ROW_CHUNK : rows;
       const sd_act* a = sd_act_blk(ws[i]->type) == QKK ? &wk->a256 : &wk->a32;
-      sd_mm_rows(ws[i], NULL, a, x, T, lo, hi, outs[i], rows);
+      if (sd_mm_rows(ws[i], NULL, a, x, T, lo, hi, outs[i], rows)) {
+#pragma omp atomic write
+        wk->fail = 1;
+      }
     }
   }
 }
@@ -271,7 +275,7 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
     matmul_group(1, ws, outs, w->h, n, D, w, nt);
   }
   PROF_END(5);
-  return 0;
+  return w->fail ? SD_ENOMEM : 0;
 }
 
 SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capacity, const int32_t* ids, int64_t T,
@@ -285,7 +289,7 @@ SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capaci
   const int64_t wide = F > D ? F : D;
   int fail = 0;
   work w;
-  w.a256.qs = w.a32.qs = NULL;
+  w.fail = 0;
   w.a256.qs = (int8_t*)xmalloc((size_t)(C * Kmax), &fail);
   w.a256.d = (float*)xmalloc(sizeof(float) * (size_t)(C * (Kmax / QKK + 1)), &fail);
   w.a256.sums = (int16_t*)xmalloc(sizeof(int16_t) * (size_t)(C * (Kmax / 16 + 1)), &fail);

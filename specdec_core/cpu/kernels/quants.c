@@ -79,38 +79,6 @@ SD_INLINE float bf16_to_fp32(uint16_t h) {
   return f;
 }
 
-int sd_blk_elems(int type) {
-  switch (type) {
-    case SD_F32: case SD_F16: case SD_BF16: return 1;
-    case SD_Q4_0: case SD_Q4_1: case SD_Q5_0: case SD_Q5_1: case SD_Q8_0: return QK;
-    case SD_Q4_K: case SD_Q5_K: case SD_Q6_K: return QKK;
-    default: return 0;
-  }
-}
-
-int sd_blk_bytes(int type) {
-  switch (type) {
-    case SD_F32: return 4;
-    case SD_F16: case SD_BF16: return 2;
-    case SD_Q4_0: return sizeof(blk_q4_0);
-    case SD_Q4_1: return sizeof(blk_q4_1);
-    case SD_Q5_0: return sizeof(blk_q5_0);
-    case SD_Q5_1: return sizeof(blk_q5_1);
-    case SD_Q8_0: return sizeof(blk_q8_0);
-    case SD_Q4_K: return sizeof(blk_q4_K);
-    case SD_Q5_K: return sizeof(blk_q5_K);
-    case SD_Q6_K: return sizeof(blk_q6_K);
-    default: return 0;
-  }
-}
-
-int sd_act_blk(int type) {
-  const int e = sd_blk_elems(type);
-  return e == QKK ? QKK : e == QK ? QK : 0;
-}
-
-SD_EXPORT int sd_type_supported(int type) { return sd_blk_elems(type) != 0; }
-
 /* Q4_K / Q5_K's 6-bit scale and min of sub-block j (llama.cpp's get_scale_min_k4) */
 SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
   if (j < 4) {
@@ -123,110 +91,165 @@ SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
 }
 
 /* ------------------------------------------------------------------ dequantizing (lookups, tests)
-   The values gguf-py's dequantize gives, bit for bit (each * and - one rounding, in its order). */
+   The values gguf-py's dequantize gives, bit for bit (each * and - one rounding, in its order).
+   One function per type, K elements of a row (whole blocks). */
 
-void sd_dequantize_row(int type, const void* row, int64_t K, float* y) {
-  const int64_t nb = K / sd_blk_elems(type);
-  switch (type) {
-    case SD_F32: memcpy(y, row, K * 4); return;
-    case SD_F16: for (int64_t i = 0; i < K; i++) y[i] = sd_fp16_to_fp32(((const uint16_t*)row)[i]); return;
-    case SD_BF16: for (int64_t i = 0; i < K; i++) y[i] = bf16_to_fp32(((const uint16_t*)row)[i]); return;
-    case SD_Q4_0:
-      for (int64_t i = 0; i < nb; i++, y += QK) {
-        const blk_q4_0* b = (const blk_q4_0*)row + i;
-        const float d = sd_fp16_to_fp32(b->d);
-        for (int j = 0; j < 16; j++) {
-          y[j] = d * (float)((b->qs[j] & 0xF) - 8);
-          y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
-        }
-      }
-      return;
-    case SD_Q4_1:
-      for (int64_t i = 0; i < nb; i++, y += QK) {
-        const blk_q4_1* b = (const blk_q4_1*)row + i;
-        const float d = sd_fp16_to_fp32(b->d), m = sd_fp16_to_fp32(b->m);
-        for (int j = 0; j < 16; j++) {
-          y[j] = d * (float)(b->qs[j] & 0xF) + m;
-          y[j + 16] = d * (float)(b->qs[j] >> 4) + m;
-        }
-      }
-      return;
-    case SD_Q5_0: case SD_Q5_1:
-      for (int64_t i = 0; i < nb; i++, y += QK) {
-        const int with_min = type == SD_Q5_1;
-        const blk_q5_0* b0 = (const blk_q5_0*)row + i;
-        const blk_q5_1* b1 = (const blk_q5_1*)row + i;
-        const float d = sd_fp16_to_fp32(with_min ? b1->d : b0->d);
-        const float m = with_min ? sd_fp16_to_fp32(b1->m) : 0.0f;
-        const uint8_t* qh8 = with_min ? b1->qh : b0->qh;
-        const uint8_t* qs = with_min ? b1->qs : b0->qs;
-        const uint32_t qh = (uint32_t)qh8[0] | ((uint32_t)qh8[1] << 8) | ((uint32_t)qh8[2] << 16) | ((uint32_t)qh8[3] << 24);
-        for (int j = 0; j < 16; j++) {
-          const int lo = (qs[j] & 0xF) | (((qh >> j) & 1) << 4);
-          const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-          if (with_min) {
-            y[j] = d * (float)lo + m;
-            y[j + 16] = d * (float)hi + m;
-          } else {
-            y[j] = d * (float)(lo - 16);
-            y[j + 16] = d * (float)(hi - 16);
-          }
-        }
-      }
-      return;
-    case SD_Q8_0:
-      for (int64_t i = 0; i < nb; i++, y += QK) {
-        const blk_q8_0* b = (const blk_q8_0*)row + i;
-        const float d = sd_fp16_to_fp32(b->d);
-        for (int j = 0; j < QK; j++) y[j] = d * (float)b->qs[j];
-      }
-      return;
-    case SD_Q4_K: case SD_Q5_K:
-      for (int64_t i = 0; i < nb; i++) {
-        const int five = type == SD_Q5_K;
-        const blk_q4_K* b4 = (const blk_q4_K*)row + i;
-        const blk_q5_K* b5 = (const blk_q5_K*)row + i;
-        const float d = sd_fp16_to_fp32(five ? b5->d : b4->d), dmin = sd_fp16_to_fp32(five ? b5->dmin : b4->dmin);
-        const uint8_t* sc = five ? b5->scales : b4->scales;
-        const uint8_t* qs = five ? b5->qs : b4->qs;
-        for (int c = 0; c < 4; c++) {
-          for (int half = 0; half < 2; half++) {
-            int s, m;
-            scale_min_k4(2 * c + half, sc, &s, &m);
-            const float d1 = d * (float)s, m1 = dmin * (float)m;
-            for (int l = 0; l < 32; l++) {
-              int q = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0xF;
-              if (five) q |= ((b5->qh[l] >> (2 * c + half)) & 1) << 4;
-              *y++ = d1 * (float)q - m1;
-            }
-          }
-        }
-      }
-      return;
-    case SD_Q6_K:
-      for (int64_t i = 0; i < nb; i++) {
-        const blk_q6_K* b = (const blk_q6_K*)row + i;
-        const float d = sd_fp16_to_fp32(b->d);
-        for (int half = 0; half < 2; half++, y += 128) {
-          const uint8_t* ql = b->ql + 64 * half;
-          const uint8_t* qh = b->qh + 32 * half;
-          const int8_t* sc = b->scales + 8 * half;
-          for (int l = 0; l < 32; l++) {
-            const int is = l / 16;
-            const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-            const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-            const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-            const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-            y[l] = d * (float)sc[is] * (float)q1;
-            y[l + 32] = d * (float)sc[is + 2] * (float)q2;
-            y[l + 64] = d * (float)sc[is + 4] * (float)q3;
-            y[l + 96] = d * (float)sc[is + 6] * (float)q4;
-          }
-        }
-      }
-      return;
+static void deq_f32(const void* row, int64_t K, float* y) { memcpy(y, row, (size_t)K * 4); }
+
+static void deq_f16(const void* row, int64_t K, float* y) {
+  for (int64_t i = 0; i < K; i++) y[i] = sd_fp16_to_fp32(((const uint16_t*)row)[i]);
+}
+
+static void deq_bf16(const void* row, int64_t K, float* y) {
+  for (int64_t i = 0; i < K; i++) y[i] = bf16_to_fp32(((const uint16_t*)row)[i]);
+}
+
+static void deq_q4_0(const void* row, int64_t K, float* y) {
+  for (const blk_q4_0* b = row; K > 0; b++, K -= QK, y += QK) {
+    const float d = sd_fp16_to_fp32(b->d);
+    for (int j = 0; j < 16; j++) {
+      y[j] = d * (float)((b->qs[j] & 0xF) - 8);
+      y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
+    }
   }
 }
+
+static void deq_q4_1(const void* row, int64_t K, float* y) {
+  for (const blk_q4_1* b = row; K > 0; b++, K -= QK, y += QK) {
+    const float d = sd_fp16_to_fp32(b->d), m = sd_fp16_to_fp32(b->m);
+    for (int j = 0; j < 16; j++) {
+      y[j] = d * (float)(b->qs[j] & 0xF) + m;
+      y[j + 16] = d * (float)(b->qs[j] >> 4) + m;
+    }
+  }
+}
+
+/* Q5_0 / Q5_1: the 32 codes of a block, the fifth bits from qh */
+SD_INLINE void q5_codes(const uint8_t* qs, const uint8_t* qh8, int* lo, int* hi) {
+  const uint32_t qh = (uint32_t)qh8[0] | ((uint32_t)qh8[1] << 8) | ((uint32_t)qh8[2] << 16) | ((uint32_t)qh8[3] << 24);
+  for (int j = 0; j < 16; j++) {
+    lo[j] = (qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+    hi[j] = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+  }
+}
+
+static void deq_q5_0(const void* row, int64_t K, float* y) {
+  for (const blk_q5_0* b = row; K > 0; b++, K -= QK, y += QK) {
+    const float d = sd_fp16_to_fp32(b->d);
+    int lo[16], hi[16];
+    q5_codes(b->qs, b->qh, lo, hi);
+    for (int j = 0; j < 16; j++) {
+      y[j] = d * (float)(lo[j] - 16);
+      y[j + 16] = d * (float)(hi[j] - 16);
+    }
+  }
+}
+
+static void deq_q5_1(const void* row, int64_t K, float* y) {
+  for (const blk_q5_1* b = row; K > 0; b++, K -= QK, y += QK) {
+    const float d = sd_fp16_to_fp32(b->d), m = sd_fp16_to_fp32(b->m);
+    int lo[16], hi[16];
+    q5_codes(b->qs, b->qh, lo, hi);
+    for (int j = 0; j < 16; j++) {
+      y[j] = d * (float)lo[j] + m;
+      y[j + 16] = d * (float)hi[j] + m;
+    }
+  }
+}
+
+static void deq_q8_0(const void* row, int64_t K, float* y) {
+  for (const blk_q8_0* b = row; K > 0; b++, K -= QK, y += QK) {
+    const float d = sd_fp16_to_fp32(b->d);
+    for (int j = 0; j < QK; j++) y[j] = d * (float)b->qs[j];
+  }
+}
+
+/* Q4_K and Q5_K: qh NULL for Q4_K */
+SD_INLINE void deq_k45(uint16_t dh, uint16_t dminh, const uint8_t* sc, const uint8_t* qs, const uint8_t* qh, float* y) {
+  const float d = sd_fp16_to_fp32(dh), dmin = sd_fp16_to_fp32(dminh);
+  for (int c = 0; c < 4; c++) {
+    for (int half = 0; half < 2; half++) {
+      int s, m;
+      scale_min_k4(2 * c + half, sc, &s, &m);
+      const float d1 = d * (float)s, m1 = dmin * (float)m;
+      for (int l = 0; l < 32; l++) {
+        int q = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0xF;
+        if (qh) q |= ((qh[l] >> (2 * c + half)) & 1) << 4;
+        *y++ = d1 * (float)q - m1;
+      }
+    }
+  }
+}
+
+static void deq_q4_K(const void* row, int64_t K, float* y) {
+  for (const blk_q4_K* b = row; K > 0; b++, K -= QKK, y += QKK) deq_k45(b->d, b->dmin, b->scales, b->qs, NULL, y);
+}
+
+static void deq_q5_K(const void* row, int64_t K, float* y) {
+  for (const blk_q5_K* b = row; K > 0; b++, K -= QKK, y += QKK) deq_k45(b->d, b->dmin, b->scales, b->qs, b->qh, y);
+}
+
+static void deq_q6_K(const void* row, int64_t K, float* y) {
+  for (const blk_q6_K* b = row; K > 0; b++, K -= QKK) {
+    const float d = sd_fp16_to_fp32(b->d);
+    for (int half = 0; half < 2; half++, y += 128) {
+      const uint8_t* ql = b->ql + 64 * half;
+      const uint8_t* qh = b->qh + 32 * half;
+      const int8_t* sc = b->scales + 8 * half;
+      for (int l = 0; l < 32; l++) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = d * (float)sc[is] * (float)q1;
+        y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+        y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+        y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+      }
+    }
+  }
+}
+
+/* What the kernel knows of each type (ggml's type_traits, for the types it reads): elements and
+   bytes per block, the activation block it takes (256, 32, or 0: float activations), whether
+   it has an interleaved layout, and its dequantizer. */
+typedef struct {
+  int elems, bytes, act_blk, x8;
+  void (*dequantize)(const void* row, int64_t K, float* y);
+} type_traits;
+
+static const type_traits* traits(int type) {
+  static const type_traits t_f32 = {1, 4, 0, 0, deq_f32}, t_f16 = {1, 2, 0, 0, deq_f16}, t_bf16 = {1, 2, 0, 0, deq_bf16},
+                           t_q4_0 = {QK, sizeof(blk_q4_0), QK, 1, deq_q4_0}, t_q4_1 = {QK, sizeof(blk_q4_1), QK, 0, deq_q4_1},
+                           t_q5_0 = {QK, sizeof(blk_q5_0), QK, 1, deq_q5_0}, t_q5_1 = {QK, sizeof(blk_q5_1), QK, 0, deq_q5_1},
+                           t_q8_0 = {QK, sizeof(blk_q8_0), QK, 1, deq_q8_0},
+                           t_q4_K = {QKK, sizeof(blk_q4_K), QKK, 1, deq_q4_K}, t_q5_K = {QKK, sizeof(blk_q5_K), QKK, 0, deq_q5_K},
+                           t_q6_K = {QKK, sizeof(blk_q6_K), QKK, 1, deq_q6_K};
+  switch (type) {
+    case SD_F32: return &t_f32;
+    case SD_F16: return &t_f16;
+    case SD_BF16: return &t_bf16;
+    case SD_Q4_0: return &t_q4_0;
+    case SD_Q4_1: return &t_q4_1;
+    case SD_Q5_0: return &t_q5_0;
+    case SD_Q5_1: return &t_q5_1;
+    case SD_Q8_0: return &t_q8_0;
+    case SD_Q4_K: return &t_q4_K;
+    case SD_Q5_K: return &t_q5_K;
+    case SD_Q6_K: return &t_q6_K;
+    default: return NULL;
+  }
+}
+
+int sd_blk_elems(int type) { return traits(type) ? traits(type)->elems : 0; }
+int sd_blk_bytes(int type) { return traits(type) ? traits(type)->bytes : 0; }
+int sd_act_blk(int type) { return traits(type) ? traits(type)->act_blk : 0; }
+int sd_x8_type(int type) { return traits(type) ? traits(type)->x8 : 0; }
+SD_EXPORT int sd_type_supported(int type) { return traits(type) != NULL; }
+SD_EXPORT int sd_x8_supported(int type) { return sd_x8_type(type); }
+
+void sd_dequantize_row(int type, const void* row, int64_t K, float* y) { traits(type)->dequantize(row, K, y); }
 
 /* ------------------------------------------------------------------ tree8 float sums */
 
@@ -451,14 +474,170 @@ SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, in
 
 /* ------------------------------------------------------------------ the row kernels
    mm_row_k (K-quants) and mm_row_b (32-element blocks): one weight row against rows [0, M) of
-   the activations, into y[m * ldy]. One implementation per instruction set, each computing the
-   numbers this file's header defines. */
+   the activations (M <= SD_MB), into y[m * ldy]. One implementation per instruction set, each
+   computing the numbers this file's header defines. */
 #if SD_X86
 #include "dot_x86.h"
 #elif SD_ARM
 #include "dot_neon.h"
 #else
 #include "dot_portable.h"
+#endif
+
+/* ------------------------------------------------------------------ interleaved layouts (x8)
+   One x8 block <-> the 8 row blocks it holds, both ways through the same byte map (so a repack
+   and its inverse cannot disagree). Q4_K's scales are re-encoded in the same 96 bits: the low
+   nibbles of scale | min, [j][row], then their top two bits, byte [j%4][row] holding scale and
+   min of sub-block j (bits 0-3) and of j+4 (bits 4-7): a few vector ands and shifts unpack
+   them for 8 rows at once. Q5_0's fifth bits are transposed for the same reason (sdcpu.h). */
+
+#define X8_MOVE(x8p, rowp, n) (to_x8 ? memcpy((x8p), (rowp), (n)) : memcpy((rowp), (x8p), (n)))
+
+static void x8_block(int type, uint8_t* const blocks[8], uint8_t* x8, int to_x8) {
+  switch (type) {
+    case SD_Q4_K: {
+      x8_q4_K* x = (x8_q4_K*)x8;
+      int sc[8][8], mn[8][8]; /* [row][j] */
+      if (!to_x8) {
+        for (int r = 0; r < 8; r++)
+          for (int j = 0; j < 8; j++) {
+            const int lo = x->scales[8 * j + r], hi = x->scales[64 + 8 * (j & 3) + r] >> (j < 4 ? 0 : 4);
+            sc[r][j] = (lo & 15) | ((hi & 3) << 4);
+            mn[r][j] = (lo >> 4) | (((hi >> 2) & 3) << 4);
+          }
+      } else {
+        memset(x->scales, 0, sizeof x->scales);
+      }
+      for (int r = 0; r < 8; r++) {
+        blk_q4_K* b = (blk_q4_K*)blocks[r];
+        X8_MOVE(&x->d[r], &b->d, 2);
+        X8_MOVE(&x->dmin[r], &b->dmin, 2);
+        for (int c = 0; c < 4; c++)
+          for (int k = 0; k < 8; k++) X8_MOVE(x->qs + (c * 8 + k) * 32 + 4 * r, b->qs + 32 * c + 4 * k, 4);
+        if (to_x8) {
+          for (int j = 0; j < 8; j++) {
+            int s, m;
+            scale_min_k4(j, b->scales, &s, &m);
+            x->scales[8 * j + r] = (uint8_t)((s & 15) | ((m & 15) << 4));
+            x->scales[64 + 8 * (j & 3) + r] |= (uint8_t)(((s >> 4) | ((m >> 4) << 2)) << (j < 4 ? 0 : 4));
+          }
+        } else { /* get_scale_min_k4's packing, inverted */
+          for (int j = 0; j < 4; j++) {
+            b->scales[j] = (uint8_t)(sc[r][j] | ((sc[r][j + 4] >> 4) << 6));
+            b->scales[j + 4] = (uint8_t)(mn[r][j] | ((mn[r][j + 4] >> 4) << 6));
+            b->scales[j + 8] = (uint8_t)((sc[r][j + 4] & 15) | ((mn[r][j + 4] & 15) << 4));
+          }
+        }
+      }
+      return;
+    }
+    case SD_Q6_K: {
+      x8_q6_K* x = (x8_q6_K*)x8;
+      for (int r = 0; r < 8; r++) {
+        blk_q6_K* b = (blk_q6_K*)blocks[r];
+        for (int h = 0; h < 2; h++)
+          for (int k = 0; k < 8; k++) {
+            for (int p = 0; p < 2; p++) X8_MOVE(x->ql + ((2 * h + p) * 8 + k) * 32 + 4 * r, b->ql + 64 * h + 32 * p + 4 * k, 4);
+            X8_MOVE(x->qh + (h * 8 + k) * 32 + 4 * r, b->qh + 32 * h + 4 * k, 4);
+          }
+        for (int g = 0; g < 16; g++) X8_MOVE(&x->scales[8 * g + r], &b->scales[g], 1);
+        X8_MOVE(&x->d[r], &b->d, 2);
+      }
+      return;
+    }
+    case SD_Q4_0: case SD_Q5_0: {
+      const int five = type == SD_Q5_0;
+      uint16_t* d = five ? ((x8_q5_0*)x8)->d : ((x8_q4_0*)x8)->d;
+      uint8_t* qs = five ? ((x8_q5_0*)x8)->qs : ((x8_q4_0*)x8)->qs;
+      for (int r = 0; r < 8; r++) {
+        uint8_t* b = blocks[r];
+        X8_MOVE(&d[r], b, 2);
+        for (int k = 0; k < 4; k++) X8_MOVE(qs + 32 * k + 4 * r, b + (five ? 6 : 2) + 4 * k, 4);
+        if (five) {
+          uint8_t* t = ((x8_q5_0*)x8)->qh + 4 * r;
+          uint8_t* qh = b + 2;
+          if (to_x8) {
+            for (int i = 0; i < 4; i++) {
+              t[i] = 0;
+              for (int c = 0; c < 8; c++) t[i] |= (uint8_t)(((qh[(4 * c + i) / 8] >> ((4 * c + i) % 8)) & 1) << c);
+            }
+          } else {
+            memset(qh, 0, 4);
+            for (int i = 0; i < 4; i++)
+              for (int c = 0; c < 8; c++) qh[(4 * c + i) / 8] |= (uint8_t)(((t[i] >> c) & 1) << ((4 * c + i) % 8));
+          }
+        }
+      }
+      return;
+    }
+    case SD_Q8_0: {
+      x8_q8_0* x = (x8_q8_0*)x8;
+      for (int r = 0; r < 8; r++) {
+        blk_q8_0* b = (blk_q8_0*)blocks[r];
+        X8_MOVE(&x->d[r], &b->d, 2);
+        for (int c = 0; c < 8; c++) X8_MOVE(x->qs + 32 * c + 4 * r, b->qs + 4 * c, 4);
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+/* row n of an x8 matrix in the file's layout (row_bytes) */
+static void x8_row(const sd_mat* w, int64_t n, uint8_t* row) {
+  const int bb = sd_blk_bytes(w->type);
+  const int64_t nb = w->row_bytes / bb, g = n / 8;
+  SD_ALIGN(64) uint8_t blocks[8][sizeof(blk_q6_K) + 6];
+  uint8_t* ptr[8];
+  for (int r = 0; r < 8; r++) ptr[r] = blocks[r];
+  for (int64_t b = 0; b < nb; b++) {
+    x8_block(w->type, ptr, (uint8_t*)w->data + (g * nb + b) * 8 * bb, 0);
+    memcpy(row + b * bb, blocks[n % 8], (size_t)bb);
+  }
+}
+
+/* rows -> x8 (layout SD_LAYOUT_X8) or x8 -> rows (SD_LAYOUT_ROWS: src is x8), groups across threads */
+SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out, int layout,
+                        int nthreads) {
+  if (!sd_x8_type(type)) return 1;
+  const int bb = sd_blk_bytes(type), e = sd_blk_elems(type);
+  if (rows % 8 || K % e || row_bytes != K / e * bb) return 2;
+  const int64_t nb = K / e, groups = rows / 8;
+  const int to_x8 = layout == SD_LAYOUT_X8;
+#pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : 1)
+  for (int64_t g = 0; g < groups; g++) {
+    const uint8_t* in = (const uint8_t*)src + g * 8 * row_bytes;
+    uint8_t* o = (uint8_t*)out + g * 8 * row_bytes;
+    for (int64_t b = 0; b < nb; b++) {
+      uint8_t* ptr[8];
+      if (to_x8) {
+        for (int r = 0; r < 8; r++) ptr[r] = (uint8_t*)in + r * row_bytes + b * bb;
+        x8_block(type, ptr, o + b * 8 * bb, 1);
+      } else {
+        for (int r = 0; r < 8; r++) ptr[r] = o + r * row_bytes + b * bb;
+        x8_block(type, ptr, (uint8_t*)in + b * 8 * bb, 0);
+      }
+    }
+  }
+  return 0;
+}
+
+/* the x8 matmul: one implementation per instruction set (the portable and NEON builds unpack
+   each row and take the row kernel: the same numbers, by construction) */
+#if SD_X86
+#include "x8_x86.h"
+#else
+static int mm_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  uint8_t* row = (uint8_t*)sd_alloc((size_t)w->row_bytes);
+  if (!row) return SD_ENOMEM;
+  for (int64_t n = n0; n < n1; n++) {
+    x8_row(w, n, row);
+    if (sd_act_blk(w->type) == QKK) mm_row_k(w->type, row, w->cols, a, M, y + n, ldy);
+    else mm_row_b(w->type, row, w->cols, a, M, y + n, ldy);
+  }
+  sd_free(row);
+  return 0;
+}
 #endif
 
 /* ------------------------------------------------------------------ float weights */
@@ -482,24 +661,38 @@ static void mm_row_f(int type, const uint8_t* wrow, int64_t K, const float* x, i
 
 /* ------------------------------------------------------------------ matmul */
 
-void sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
-                int64_t n0, int64_t n1, float* y, int64_t ldy) {
+int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
+               int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int blk = sd_act_blk(w->type);
-  float* wbuf = blk ? NULL : (float*)malloc(sizeof(float) * (size_t)w->cols);
-  for (int64_t n = n0; n < n1; n++) {
-    const uint8_t* wrow = (const uint8_t*)w->data + (int64_t)(rowmap ? rowmap[n] : n) * w->row_bytes;
-    if (blk == QKK) mm_row_k(w->type, wrow, w->cols, a, M, y + n, ldy);
-    else if (blk == QK) mm_row_b(w->type, wrow, w->cols, a, M, y + n, ldy);
-    else mm_row_f(w->type, wrow, w->cols, x, M, y + n, ldy, wbuf);
+  float* wbuf = NULL;
+  if (!blk && w->type != SD_F32 && !(wbuf = (float*)sd_alloc(sizeof(float) * (size_t)w->cols))) return SD_ENOMEM;
+  /* activation rows SD_MB at a time: the kernels keep a row's accumulators on the stack */
+  for (int64_t m0 = 0; m0 < M; m0 += SD_MB) {
+    const int64_t mb = M - m0 < SD_MB ? M - m0 : SD_MB;
+    const sd_act am = {a->qs ? a->qs + m0 * a->K : NULL, a->d ? a->d + m0 * (a->K / (a->blk ? a->blk : 1)) : NULL,
+                       a->sums ? a->sums + m0 * (a->K / 16) : NULL, a->K, a->blk};
+    float* ym = y + m0 * ldy;
+    if (w->layout == SD_LAYOUT_X8) {
+      if (mm_x8(w, &am, mb, n0, n1, ym, ldy)) return SD_ENOMEM;
+      continue;
+    }
+    for (int64_t n = n0; n < n1; n++) {
+      const uint8_t* wrow = (const uint8_t*)w->data + (int64_t)(rowmap ? rowmap[n] : n) * w->row_bytes;
+      if (blk == QKK) mm_row_k(w->type, wrow, w->cols, &am, mb, ym + n, ldy);
+      else if (blk == QK) mm_row_b(w->type, wrow, w->cols, &am, mb, ym + n, ldy);
+      else mm_row_f(w->type, wrow, w->cols, x + m0 * w->cols, mb, ym + n, ldy, wbuf);
+    }
   }
-  free(wbuf);
+  sd_free(wbuf);
+  return 0;
 }
 
 SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
-                        const int32_t* rowmap, float* y, int64_t ldy, int nthreads) {
+                        int layout, const int32_t* rowmap, float* y, int64_t ldy, int nthreads) {
   const int e = sd_blk_elems(type);
   if (!e) return 1;
   if (K % e || K % 16) return 2;
+  if (layout == SD_LAYOUT_X8 && (!sd_x8_type(type) || N % 8 || rowmap)) return 2;
   const int blk = sd_act_blk(type);
   sd_act a = {NULL, NULL, NULL, K, blk};
   if (blk) {
@@ -508,11 +701,12 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
     a.sums = (int16_t*)sd_alloc(sizeof(int16_t) * (size_t)(M * (K / 16)));
     if (!a.qs || !a.d || !a.sums) {
       sd_free(a.qs); sd_free(a.d); sd_free(a.sums);
-      return 3;
+      return SD_ENOMEM;
     }
   }
-  const sd_mat wm = {w, row_bytes, type, (int32_t)N, (int32_t)K, 0};
+  const sd_mat wm = {w, row_bytes, type, (int32_t)N, (int32_t)K, layout};
   if (nthreads < 1) nthreads = 1;
+  int fail = 0;
 #pragma omp parallel num_threads(nthreads)
   {
 #ifdef _OPENMP
@@ -529,17 +723,34 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
     /* chunks of output rows handed out as threads come free (see forward.c's matmul_group) */
 #pragma omp for schedule(dynamic, 1)
     for (int64_t c = 0; c < (N + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK; c++)
-      sd_mm_rows(&wm, rowmap, &a, x, M, c * SD_ROW_CHUNK, c * SD_ROW_CHUNK + SD_ROW_CHUNK < N ? c * SD_ROW_CHUNK + SD_ROW_CHUNK : N,
-                 y, ldy);
+      if (sd_mm_rows(&wm, rowmap, &a, x, M, c * SD_ROW_CHUNK, c * SD_ROW_CHUNK + SD_ROW_CHUNK < N ? c * SD_ROW_CHUNK + SD_ROW_CHUNK : N,
+                     y, ldy)) {
+#pragma omp atomic write
+        fail = 1;
+      }
   }
   sd_free(a.qs); sd_free(a.d); sd_free(a.sums);
-  return 0;
+  return fail ? SD_ENOMEM : 0;
 }
 
-SD_EXPORT void sd_dequantize(int type, const void* data, int64_t row_bytes, const int32_t* rows, int64_t n, int64_t K,
-                             float* out) {
+SD_EXPORT int sd_dequantize(int type, const void* data, int64_t row_bytes, int layout, const int32_t* rows, int64_t n,
+                            int64_t K, float* out) {
+  if (!sd_type_supported(type)) return 1;
+  if (layout == SD_LAYOUT_X8) {
+    if (!sd_x8_type(type)) return 1;
+    uint8_t* row = (uint8_t*)sd_alloc((size_t)row_bytes);
+    if (!row) return SD_ENOMEM;
+    const sd_mat w = {data, row_bytes, type, 0, (int32_t)K, layout};
+    for (int64_t i = 0; i < n; i++) {
+      x8_row(&w, rows ? rows[i] : i, row);
+      sd_dequantize_row(type, row, K, out + i * K);
+    }
+    sd_free(row);
+    return 0;
+  }
   for (int64_t i = 0; i < n; i++)
     sd_dequantize_row(type, (const uint8_t*)data + (int64_t)(rows ? rows[i] : i) * row_bytes, K, out + i * K);
+  return 0;
 }
 
 /* ------------------------------------------------------------------ requantizing (drafts only)
@@ -581,19 +792,33 @@ static void quantize_q4_0(const float* x, int64_t rows, int64_t K, void* out) {
   }
 }
 
-/* rows of any type the kernel reads -> Q4_0, in chunks of rows across threads */
-SD_EXPORT void sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
-                                  int nthreads) {
+/* rows of any type the kernel reads -> Q4_0, in chunks of 256 rows across threads, written in
+   the file's row layout or straight into the interleaved one (layout; rows a multiple of 8) */
+SD_EXPORT int sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
+                                 int layout, int nthreads) {
+  if (!sd_type_supported(type) || K % QK) return 1;
+  if (layout == SD_LAYOUT_X8 && rows % 8) return 2;
   const int64_t chunk = 256, nchunks = (rows + chunk - 1) / chunk, out_bytes = K / QK * (int64_t)sizeof(blk_q4_0);
+  int fail = 0;
 #pragma omp parallel num_threads(nthreads > 0 ? nthreads : 1)
   {
-    float* buf = (float*)malloc(sizeof(float) * (size_t)(chunk * K));
+    float* buf = (float*)sd_alloc(sizeof(float) * (size_t)(chunk * K));
+    uint8_t* q = layout == SD_LAYOUT_X8 ? (uint8_t*)sd_alloc((size_t)(chunk * out_bytes)) : NULL;
+    if (!buf || (layout == SD_LAYOUT_X8 && !q)) {
+#pragma omp atomic write
+      fail = 1;
+    }
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < nchunks; c++) {
+      if (!buf || (layout == SD_LAYOUT_X8 && !q)) continue;
       const int64_t r0 = c * chunk, n = rows - r0 < chunk ? rows - r0 : chunk;
-      sd_dequantize(type, (const uint8_t*)src + r0 * row_bytes, row_bytes, NULL, n, K, buf);
-      quantize_q4_0(buf, n, K, (uint8_t*)out + r0 * out_bytes);
+      uint8_t* dst = (uint8_t*)out + r0 * out_bytes;
+      sd_dequantize(type, (const uint8_t*)src + r0 * row_bytes, row_bytes, SD_LAYOUT_ROWS, NULL, n, K, buf);
+      quantize_q4_0(buf, n, K, q ? q : dst);
+      if (q) sd_repack(SD_Q4_0, q, out_bytes, n, K, dst, SD_LAYOUT_X8, 1); /* 256-row chunks: whole groups */
     }
-    free(buf);
+    sd_free(buf);
+    sd_free(q);
   }
+  return fail ? SD_ENOMEM : 0;
 }

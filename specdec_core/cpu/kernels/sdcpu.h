@@ -54,6 +54,8 @@ enum {
 #define QK 32   /* elements per block of the 32-element types */
 #define SD_ROW_CHUNK 32 /* output rows a thread takes at a time (dynamic schedule) */
 #define QKK 256 /* elements per super-block of the K-quants */
+#define SD_MB 64 /* activation rows a row kernel takes at a time (its accumulators live on the stack) */
+#define SD_ENOMEM 3 /* what an entry point returns when an allocation failed */
 
 typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;                     /* w = d*(q-8)  */
 typedef struct { uint16_t d, m; uint8_t qs[16]; } blk_q4_1;                  /* w = d*q + m  */
@@ -76,11 +78,29 @@ typedef struct {
   int blk;
 } sd_act;
 
-/* -- a weight matrix as the GGUF holds it: N rows of K, each row whole blocks -- */
+/* -- interleaved weights ("x8"): rows 8g..8g+7 ("group g") stored block by block, block b of
+   all 8 rows side by side, 4 bytes of each row in turn, so that one 32-byte register holds 8
+   rows x 4 codes and every output row has its own 32-bit lane (no horizontal sums). Group g's
+   block b lies at (g * nb + b) * sizeof(x8 block), the same bytes as the rows it came from.
+   Repacked in memory at load (sd_repack) for the types below; other types, and matrices whose
+   row count is not a multiple of 8, keep the file's rows. -- */
+enum { SD_LAYOUT_ROWS = 0, SD_LAYOUT_X8 = 1 };
+
+typedef struct { uint16_t d[8], dmin[8]; uint8_t scales[96]; uint8_t qs[1024]; } x8_q4_K;
+/* qs[(c*8 + k)*32 + 4r + i] = row r's qs[32c + 4k + i]; scales: see quants.c's x8 repack */
+typedef struct { uint8_t ql[1024]; uint8_t qh[512]; int8_t scales[128]; uint16_t d[8]; } x8_q6_K;
+/* ql[((h*2 + p)*8 + k)*32 + 4r + i] = row r's ql[64h + 32p + 4k + i];
+   qh[(h*8 + k)*32 + 4r + i] = row r's qh[32h + 4k + i];  scales[g*8 + r] = row r's scales[g] */
+typedef struct { uint16_t d[8]; uint8_t qs[128]; } x8_q4_0;       /* qs[k*32 + 4r + i] = row r's qs[4k + i] */
+typedef struct { uint16_t d[8]; uint8_t qh[32]; uint8_t qs[128]; } x8_q5_0;
+/* qs as x8_q4_0; qh[4r + i] bit c = row r's high bit of element 4c + i (c = 0..7) */
+typedef struct { uint16_t d[8]; int8_t qs[256]; } x8_q8_0;       /* qs[c*32 + 4r + i] = row r's qs[4c + i] */
+
+/* -- a weight matrix: N rows of K, each row whole blocks, in the file's rows or interleaved -- */
 typedef struct {
   const void* data;
-  int64_t row_bytes;
-  int32_t type, rows, cols, pad_;
+  int64_t row_bytes; /* a row's bytes in the file's layout (x8: a group's blocks take 8 of these) */
+  int32_t type, rows, cols, layout;
 } sd_mat;
 
 /* one transformer block of the llama family (llama, mistral, qwen2, qwen3) */
@@ -110,10 +130,11 @@ int sd_blk_bytes(int type);
 int sd_act_blk(int type);    /* activation block a weight type takes: 256, 32, or 0 (float) */
 void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out, int64_t row0);
 void sd_dequantize_row(int type, const void* row, int64_t K, float* out);
+int sd_x8_type(int type); /* 1 where the interleaved layout exists for the type */
 /* y[m*ldy + n] for rows m < M of `a` (or float rows `x` when the type takes float inputs) and
    weight rows n in [n0, n1) (through rowmap when not NULL) */
-void sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
-                int64_t n0, int64_t n1, float* y, int64_t ldy);
+int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
+               int64_t n0, int64_t n1, float* y, int64_t ldy); /* 0, or SD_ENOMEM */
 float sd_tree8_dot(const float* a, const float* b, int64_t n);
 float sd_tree8_sumsq(const float* a, int64_t n);
 void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in every build */
@@ -122,15 +143,18 @@ void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in eve
 SD_EXPORT int sd_isa(void);
 SD_EXPORT int sd_cpu_features(void);
 SD_EXPORT int sd_type_supported(int type);
-SD_EXPORT void sd_dequantize(int type, const void* data, int64_t row_bytes, const int32_t* rows, int64_t n,
-                             int64_t K, float* out);
+SD_EXPORT int sd_x8_supported(int type); /* the interleaved layout exists for the type */
+SD_EXPORT int sd_dequantize(int type, const void* data, int64_t row_bytes, int layout, const int32_t* rows, int64_t n,
+                            int64_t K, float* out);
 SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, int8_t* qs, float* d, int16_t* sums);
 SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
-                        const int32_t* rowmap, float* y, int64_t ldy, int nthreads);
+                        int layout, const int32_t* rowmap, float* y, int64_t ldy, int nthreads);
 SD_EXPORT int sd_forward(const sd_model* m, float* kcache, float* vcache, int64_t capacity, const int32_t* ids,
                          int64_t T, int64_t start, float* logits, int64_t n_logits, int nthreads);
 SD_EXPORT void sd_exp(float* x, int64_t n);
-SD_EXPORT void sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
-                                  int nthreads);
+SD_EXPORT int sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
+                                 int layout, int nthreads);
+SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out, int layout,
+                        int nthreads);
 
 #endif

@@ -1,0 +1,492 @@
+/* The interleaved ("x8", sdcpu.h) matmuls on x86-64: AVX2, AVX-VNNI, AVX512-VNNI. Included by
+   quants.c after dot_x86.h.
+
+   One register holds 8 weight rows x 4 codes (the avx512vnni build: two groups, 16 rows), each
+   activation row's 4 codes broadcast against it: output row r lives in 32-bit lane r from the
+   first product to the last float, so nothing is summed across lanes, and every float step is
+   dot_portable.h's, lane by lane. What an extra activation row costs, per 32 codes of 8 rows:
+     AVX2      vpmaddubsw into an int16 sum that runs over a whole scale unit (Q4_K: 8
+               registers, Q6_K: 2), one vpmaddwd with the 8 rows' scales per unit: ~9 multiply
+               operations per 256 products where the row-major layout takes 16;
+     VNNI      vpdpbusd straight into int32, one vpmulld with the scales per unit.
+   int16 bounds of the AVX2 sums (activation codes |x| <= 127, so no vpmaddubsw pair saturates):
+     Q4_K / Q4_0  codes 0..15: 16 products per int16 lane <= 16 * 15 * 127 = 30480
+     Q5_0         codes 0..31:  8 products             <=  8 * 31 * 127 = 31496
+     Q6_K         codes 0..63:  4 products             <=  4 * 63 * 127 = 32004
+     Q8_0         signed codes: |w| <= 128 against sign(x, w), 2 products <= 2 * 128 * 127 =
+                  32512, widened to int32 at once (VNNI: w + 128 unsigned, S = sum - 128 X)
+   Every int32 sum is exact (|S1| < 2^28), so the lane layout cannot change a result. */
+
+#if defined(SD_SIMDE_VNNI) && SD_VNNI == 1
+#include <simde/x86/avx512.h>
+#elif defined(SD_SIMDE_VNNI)
+#include <simde/x86/avx512/dpwssd.h>
+#endif
+
+/* groups of 8 rows per register: the avx512vnni build works on zmm registers, two groups */
+#if SD_VNNI == 1
+#define XG 2
+#else
+#define XG 1
+#endif
+#if defined(SD_VNNI)
+#define X_DP 1 /* products by vpdpbusd (both VNNI builds) */
+#else
+#define X_DP 0
+#endif
+
+#if XG == 2
+typedef __m512i xvi;
+typedef __m512 xvf;
+#define xv_load(p) _mm512_load_si512((const void*)(p))
+#define xv_zero() _mm512_setzero_si512()
+#define xv_set1(v) _mm512_set1_epi32(v)
+#define xv_add16 _mm512_add_epi16
+#define xv_add32 _mm512_add_epi32
+#define xv_sub32 _mm512_sub_epi32
+#define xv_slli32 _mm512_slli_epi32
+#define xv_maddubs _mm512_maddubs_epi16
+#define xv_madd _mm512_madd_epi16
+#define xv_mullo _mm512_mullo_epi32
+#define xv_dpbusd _mm512_dpbusd_epi32
+#define xv_dpwssd _mm512_dpwssd_epi32
+#define xf_load(p) _mm512_load_ps(p)
+#define xf_store(p, v) _mm512_store_ps(p, v)
+#define xf_set1 _mm512_set1_ps
+#define xf_zero _mm512_setzero_ps
+#define xf_add _mm512_add_ps
+#define xf_sub _mm512_sub_ps
+#define xf_mul _mm512_mul_ps
+#if defined(SD_SIMDE_VNNI) /* SIMDe has no _mm512_cvtepi32_ps: two halves (the same roundings) */
+SD_INLINE __m512 xf_cvt(__m512i v) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(
+      _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v)))),
+      _mm256_castps_pd(_mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1))), 1));
+}
+#else
+#define xf_cvt _mm512_cvtepi32_ps
+#endif
+/* two groups' 32-byte halves into one register */
+#define xv_flip(v) _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80)) /* signed codes + 128 */
+SD_INLINE xvi xv_pair(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+SD_INLINE xvf xf_pair(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+#else
+typedef __m256i xvi;
+typedef __m256 xvf;
+#define xv_load(p) _mm256_load_si256((const __m256i*)(p))
+#define xv_zero() _mm256_setzero_si256()
+#define xv_set1(v) _mm256_set1_epi32(v)
+#define xv_add16 _mm256_add_epi16
+#define xv_add32 _mm256_add_epi32
+#define xv_sub32 _mm256_sub_epi32
+#define xv_slli32 _mm256_slli_epi32
+#define xv_maddubs _mm256_maddubs_epi16
+#define xv_madd _mm256_madd_epi16
+#define xv_mullo _mm256_mullo_epi32
+#if SD_VNNI == 2 && !defined(SD_SIMDE_VNNI)
+#define xv_dpbusd _mm256_dpbusd_avx_epi32
+#define xv_dpwssd _mm256_dpwssd_avx_epi32
+#else
+#define xv_dpbusd _mm256_dpbusd_epi32
+#define xv_dpwssd _mm256_dpwssd_epi32
+#endif
+#define xf_load(p) _mm256_load_ps(p)
+#define xf_store(p, v) _mm256_store_ps(p, v)
+#define xf_set1 _mm256_set1_ps
+#define xf_zero _mm256_setzero_ps
+#define xf_add _mm256_add_ps
+#define xf_sub _mm256_sub_ps
+#define xf_mul _mm256_mul_ps
+#define xf_cvt _mm256_cvtepi32_ps
+#define xv_flip(v) _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)) /* signed codes + 128 */
+SD_INLINE xvi xv_pair(__m256i lo, __m256i hi) { (void)hi; return lo; }
+SD_INLINE xvf xf_pair(__m256 lo, __m256 hi) { (void)hi; return lo; }
+#endif
+
+/* SD_KEEP (dot_x86.h) for these registers; SIMDe's emulated zmm are structs in memory */
+#if XG == 2 && defined(SD_SIMDE_VNNI)
+#define X_KEEP(v) (void)(v)
+#elif XG == 2 && defined(__GNUC__)
+#define X_KEEP(v) __asm__("" : "+v"(v))
+#else
+#define X_KEEP(v) SD_KEEP(v)
+#endif
+
+/* 4 activation codes at p, in every lane (a broadcast load) */
+SD_INLINE xvi xv_bcast4(const int8_t* p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return xv_set1(v);
+}
+
+SD_INLINE xvi xv_bcast2x16(const int16_t* p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return xv_set1(v);
+}
+
+/* int32 lanes of 8 u8 x s8 products each... per call: acc + the 4-code products of c and x */
+SD_INLINE xvi xv_dot4(xvi acc, xvi c, xvi x) {
+#if X_DP
+  return xv_dpbusd(acc, c, x);
+#else
+  return xv_add32(acc, xv_madd(xv_maddubs(c, x), _mm256_set1_epi16(1)));
+#endif
+}
+
+/* the 8 fp16 at p as floats */
+SD_INLINE __m256 h8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+
+/* ---------------------------------------------------------------- K-quants (Q4_K, Q6_K)
+   A super-block of every group in a unit is decoded once into `kx8` (codes one byte each, the
+   scales as the products want them), then every activation row of the pass reads it from L1. */
+
+typedef struct {
+  SD_ALIGN(64) uint8_t codes[64][XG][32]; /* chunk c: elements 4c..4c+3 of 8 rows (x XG groups) */
+#if X_DP
+  SD_ALIGN(64) int32_t sc[16][XG][8]; /* scale unit u's scale of each row (vpmulld) */
+#else
+  SD_ALIGN(64) int16_t sc[16][XG][16]; /* the same, twice in each lane (vpmaddwd) */
+#endif
+  SD_ALIGN(64) int16_t wsum[8][XG][16]; /* S2's weights of the activation's sums 2p and 2p+1 */
+  SD_ALIGN(64) float d[XG][8], dmin[XG][8];
+} kx8;
+
+/* 8 rows' bytes at p as one scale vector of kx8.sc (unsigned: Q4_K, signed: Q6_K) */
+SD_INLINE void kx8_scale(const uint8_t* p, int is_signed, void* out) {
+  const __m128i b = _mm_loadl_epi64((const __m128i*)p);
+  const __m256i v = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+#if X_DP
+  _mm256_store_si256((__m256i*)out, v);
+#else
+  _mm256_store_si256((__m256i*)out, _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA));
+#endif
+}
+
+SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  if (TYPE == SD_Q4_K) {
+    const x8_q4_K* x = (const x8_q4_K*)blk;
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; k++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i*)(x->qs + (c * 8 + k) * 32));
+        _mm256_store_si256((__m256i*)s->codes[16 * c + k][gi], _mm256_and_si256(raw, m4));
+        _mm256_store_si256((__m256i*)s->codes[16 * c + 8 + k][gi], _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+      }
+    /* scales (see sd_repack): low nibbles of scale | min, then their top two bits */
+    const __m256i l0 = _mm256_loadu_si256((const __m256i*)x->scales);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->scales + 32));
+    const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->scales + 64));
+    const __m256i m2 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30);
+    SD_ALIGN(32) uint8_t sc[64], mn[64]; /* [j][row] */
+    _mm256_store_si256((__m256i*)sc, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
+    _mm256_store_si256((__m256i*)(sc + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, m30)));
+    _mm256_store_si256((__m256i*)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                     _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
+    _mm256_store_si256((__m256i*)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+      kx8_scale(sc + 8 * j, 0, s->sc[j][gi]);
+      /* S2 = sum over the 16 sums g of mn[g/2] * sums[g]: pairs (mn_p, mn_p) against sums 2p, 2p+1 */
+      const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 8 * j)));
+      _mm256_store_si256((__m256i*)s->wsum[j][gi], _mm256_or_si256(m, _mm256_slli_epi32(m, 16)));
+    }
+    _mm256_store_ps(s->d[gi], h8(x->d));
+    _mm256_store_ps(s->dmin[gi], h8(x->dmin));
+    return;
+  }
+  const x8_q6_K* x = (const x8_q6_K*)blk;
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; h++)
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+      const __m256i l0 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h) * 8 + k) * 32));
+      const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h + 1) * 8 + k) * 32));
+      const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->qh + (h * 8 + k) * 32));
+      /* qh's bit pairs 0-1, 2-3, 4-5, 6-7 are the top bits of elements +0, +32, +64, +96 */
+      _mm256_store_si256((__m256i*)s->codes[32 * h + k][gi],
+                         _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)));
+      _mm256_store_si256((__m256i*)s->codes[32 * h + 8 + k][gi],
+                         _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)));
+      _mm256_store_si256((__m256i*)s->codes[32 * h + 16 + k][gi],
+                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)));
+      _mm256_store_si256((__m256i*)s->codes[32 * h + 24 + k][gi],
+                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+    }
+  const uint8_t* scales = (const uint8_t*)x->scales;
+#pragma GCC unroll 16
+  for (int g = 0; g < 16; g++) kx8_scale(scales + 8 * g, 1, s->sc[g][gi]);
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; p++) { /* S2 = sum over g of sc[g] * sums[g]: pairs (sc_2p, sc_2p+1) */
+    const __m128i t = _mm_loadu_si128((const __m128i*)(scales + 16 * p));
+    _mm256_store_si256((__m256i*)s->wsum[p][gi], _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(t, _mm_srli_si128(t, 8))));
+  }
+  _mm256_store_ps(s->d[gi], h8(x->d));
+  _mm256_store_ps(s->dmin[gi], _mm256_setzero_ps());
+}
+
+/* R activation rows (x: row 0's codes of this super-block, rows ldx apart; bs: their sums)
+   against a decoded super-block: each row's S1 and S2 in the rows' lanes */
+SD_INLINE void kx8_rows(const int TYPE, const int R, const kx8* s, const int8_t* x, int64_t ldx, const int16_t* bs,
+                        int64_t ldb, xvi S1[8], xvi S2[8]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) S1[r] = S2[r] = xv_zero();
+  /* a scale unit: 8 chunks (Q4_K, 32 elements) or 4 (Q6_K, 16); AVX2's int16 sums take 8 or 2 */
+  const int units = TYPE == SD_Q4_K ? 8 : 16, per = TYPE == SD_Q4_K ? 8 : 4;
+#if !X_DP
+  const int run = TYPE == SD_Q4_K ? 8 : 2;
+#endif
+  for (int u = 0; u < units; u++) {
+    const xvi sc = xv_load(s->sc[u]);
+#if X_DP
+    xvi t[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) t[r] = xv_zero();
+#pragma GCC unroll 8
+    for (int c = 0; c < per; c++) {
+      const xvi code = xv_load(s->codes[u * per + c]);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; r++) {
+        t[r] = xv_dpbusd(t[r], code, xv_bcast4(x + r * ldx + 4 * (u * per + c)));
+        X_KEEP(t[r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) S1[r] = xv_add32(S1[r], xv_mullo(t[r], sc));
+#else
+#pragma GCC unroll 2
+    for (int c0 = 0; c0 < per; c0 += run) {
+      xvi t[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; r++) t[r] = xv_zero();
+#pragma GCC unroll 8
+      for (int c = c0; c < c0 + run; c++) {
+        const xvi code = xv_load(s->codes[u * per + c]);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+          t[r] = xv_add16(t[r], xv_maddubs(code, xv_bcast4(x + r * ldx + 4 * (u * per + c))));
+          X_KEEP(t[r]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; r++) {
+        S1[r] = xv_add32(S1[r], xv_madd(t[r], sc));
+        X_KEEP(S1[r]);
+      }
+    }
+#endif
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; p++) {
+    const xvi wv = xv_load(s->wsum[p]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+#if X_DP
+      S2[r] = xv_dpwssd(S2[r], wv, xv_bcast2x16(bs + r * ldb + 2 * p));
+#else
+      S2[r] = xv_add32(S2[r], xv_madd(wv, xv_bcast2x16(bs + r * ldb + 2 * p)));
+#endif
+    }
+  }
+}
+
+/* the rows' float accumulators (acc: row m at acc + m * 8 * XG) += this super-block */
+SD_INLINE void kx8_finish(const int TYPE, const int R, const kx8* s, const xvi S1[8], const xvi S2[8], const float* dx,
+                          int64_t nb, float* acc) {
+  const xvf d = xf_load(s->d[0]), dmin = xf_load(s->dmin[0]);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) {
+    const xvf dxv = xf_set1(dx[r * nb]);
+    xvf v = xf_load(acc + r * 8 * XG);
+    if (TYPE == SD_Q6_K) {
+      v = xf_add(v, xf_mul(xf_mul(d, dxv), xf_cvt(xv_sub32(S1[r], xv_slli32(S2[r], 5)))));
+    } else {
+      v = xf_add(v, xf_mul(xf_mul(d, dxv), xf_cvt(S1[r])));
+      v = xf_sub(v, xf_mul(xf_mul(dmin, dxv), xf_cvt(S2[r])));
+    }
+    xf_store(acc + r * 8 * XG, v);
+  }
+}
+
+#if XG == 2
+#define X_ROWS 8 /* activation rows multiplied together (registers: 2 per row + code) */
+#else
+#define X_ROWS 4
+#endif
+
+/* acc [M][8 XG] for units of XG groups starting at group g (ng of them real) */
+SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t g, int ng, float* acc) {
+  const int64_t K = w->cols, nb = K / QKK, ns = K / 16;
+  const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
+  SD_ALIGN(64) kx8 s;
+  for (int64_t i = 0; i < M * 8 * XG; i++) acc[i] = 0.0f;
+  for (int64_t b = 0; b < nb; b++) {
+    for (int gi = 0; gi < XG; gi++) /* a missing second group: the first again, its lanes unused */
+      kx8_decode(TYPE, (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb, &s, gi);
+    for (int64_t m0 = 0; m0 < M; m0 += X_ROWS) {
+      xvi S1[8], S2[8];
+      const int8_t* x = a->qs + m0 * K + b * QKK;
+      const int16_t* bs = a->sums + m0 * ns + b * 16;
+      const float* dx = a->d + m0 * nb + b;
+      float* ac = acc + m0 * 8 * XG;
+      switch (M - m0 < X_ROWS ? M - m0 : X_ROWS) {
+#define KX8_CASE(R) case R: kx8_rows(TYPE, R, &s, x, K, bs, ns, S1, S2); kx8_finish(TYPE, R, &s, S1, S2, dx, nb, ac); break;
+#if XG == 2
+        KX8_CASE(8) KX8_CASE(7) KX8_CASE(6) KX8_CASE(5)
+#endif
+        KX8_CASE(4) KX8_CASE(3) KX8_CASE(2) KX8_CASE(1)
+#undef KX8_CASE
+        default: break;
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- 32-element blocks (Q4_0, Q5_0, Q8_0)
+   A block of every group in a unit is decoded into registers (8 chunks), then each activation
+   row takes its products; block b's float term goes to lane b mod 8, combined by tree8 at the end. */
+
+SD_INLINE void bx8_codes(const int TYPE, const uint8_t* blk, __m256i c[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  if (TYPE == SD_Q8_0) {
+    const x8_q8_0* x = (const x8_q8_0*)blk;
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) c[k] = _mm256_loadu_si256((const __m256i*)(x->qs + 32 * k));
+    return;
+  }
+  const uint8_t* qs = TYPE == SD_Q4_0 ? ((const x8_q4_0*)blk)->qs : ((const x8_q5_0*)blk)->qs;
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; k++) {
+    const __m256i raw = _mm256_loadu_si256((const __m256i*)(qs + 32 * k));
+    c[k] = _mm256_and_si256(raw, m4);
+    c[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+  }
+  if (TYPE == SD_Q5_0) { /* bit k of qh's byte: the fifth bit of chunk k's code in that byte */
+    const __m256i t = _mm256_loadu_si256((const __m256i*)((const x8_q5_0*)blk)->qh), b4 = _mm256_set1_epi8(0x10);
+    c[0] = _mm256_or_si256(c[0], _mm256_and_si256(_mm256_slli_epi16(t, 4), b4));
+    c[1] = _mm256_or_si256(c[1], _mm256_and_si256(_mm256_slli_epi16(t, 3), b4));
+    c[2] = _mm256_or_si256(c[2], _mm256_and_si256(_mm256_slli_epi16(t, 2), b4));
+    c[3] = _mm256_or_si256(c[3], _mm256_and_si256(_mm256_slli_epi16(t, 1), b4));
+    c[4] = _mm256_or_si256(c[4], _mm256_and_si256(t, b4));
+    c[5] = _mm256_or_si256(c[5], _mm256_and_si256(_mm256_srli_epi16(t, 1), b4));
+    c[6] = _mm256_or_si256(c[6], _mm256_and_si256(_mm256_srli_epi16(t, 2), b4));
+    c[7] = _mm256_or_si256(c[7], _mm256_and_si256(_mm256_srli_epi16(t, 3), b4));
+  }
+}
+
+/* one activation row's integer sum S (offsets applied) against the unit's decoded block */
+SD_INLINE xvi bx8_row(const int TYPE, const xvi c[8], const xvi w[8], const int8_t* x, int32_t X) {
+#if X_DP
+  (void)w;
+  xvi t = xv_zero();
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; k++) t = xv_dpbusd(t, c[k], xv_bcast4(x + 4 * k));
+  const int off = TYPE == SD_Q4_0 ? 8 : TYPE == SD_Q5_0 ? 16 : 128; /* Q8_0: codes + 128 */
+  return xv_sub32(t, xv_set1(off * X));
+#else
+  const xvi ones = xv_set1(0x00010001);
+  if (TYPE == SD_Q8_0) {
+    xvi t = xv_zero();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) t = xv_add32(t, xv_madd(xv_maddubs(c[k], _mm256_sign_epi8(xv_bcast4(x + 4 * k), w[k])), ones));
+    return t;
+  }
+  if (TYPE == SD_Q4_0) {
+    xvi t = xv_zero();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) t = xv_add16(t, xv_maddubs(c[k], xv_bcast4(x + 4 * k)));
+    return xv_sub32(xv_madd(t, ones), xv_set1(8 * X));
+  }
+  xvi t0 = xv_zero(), t1 = xv_zero();
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; k++) {
+    t0 = xv_add16(t0, xv_maddubs(c[k], xv_bcast4(x + 4 * k)));
+    t1 = xv_add16(t1, xv_maddubs(c[k + 4], xv_bcast4(x + 16 + 4 * k)));
+  }
+  return xv_sub32(xv_add32(xv_madd(t0, ones), xv_madd(t1, ones)), xv_set1(16 * X));
+#endif
+}
+
+/* lanes [M][8][8 XG] for a unit of XG groups starting at group g (ng real) */
+SD_INLINE void bx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t g, int ng, float* lanes) {
+  const int64_t K = w->cols, nb = K / QK, ns = K / 16;
+  const size_t xb = TYPE == SD_Q4_0 ? sizeof(x8_q4_0) : TYPE == SD_Q5_0 ? sizeof(x8_q5_0) : sizeof(x8_q8_0);
+  for (int64_t i = 0; i < M * 64 * XG; i++) lanes[i] = 0.0f;
+  for (int64_t b = 0; b < nb; b++) {
+    xvi c[8], s[8];
+    __m256i cg[XG][8];
+    __m256 dg[XG];
+    for (int gi = 0; gi < XG; gi++) {
+      const uint8_t* blk = (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb;
+      bx8_codes(TYPE, blk, cg[gi]);
+      dg[gi] = h8((const uint16_t*)blk); /* d[8] leads every x8 block of these types */
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+#if XG == 2
+      const xvi v = xv_pair(cg[0][k], cg[1][k]);
+#else
+      const xvi v = cg[0][k];
+#endif
+      if (TYPE == SD_Q8_0) {
+#if X_DP
+        c[k] = xv_flip(v);
+#else
+        c[k] = _mm256_sign_epi8(v, v);
+        s[k] = v;
+#endif
+      } else {
+        c[k] = v;
+      }
+    }
+#if XG == 2
+    const xvf d = xf_pair(dg[0], dg[1]);
+#else
+    const xvf d = dg[0];
+#endif
+    for (int64_t m = 0; m < M; m++) {
+      const int32_t X = (int32_t)a->sums[m * ns + 2 * b] + a->sums[m * ns + 2 * b + 1];
+      const xvi S = bx8_row(TYPE, c, s, a->qs + m * K + 32 * b, X);
+      float* l = lanes + (m * 8 + (b & 7)) * 8 * XG;
+      xf_store(l, xf_add(xf_load(l), xf_mul(xf_mul(d, xf_set1(a->d[m * nb + b])), xf_cvt(S))));
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- entry */
+
+SD_INLINE xvf xf_tree8(const float* l) {
+  const int W = 8 * XG;
+  return xf_add(xf_add(xf_add(xf_load(l), xf_load(l + 4 * W)), xf_add(xf_load(l + 2 * W), xf_load(l + 6 * W))),
+                xf_add(xf_add(xf_load(l + W), xf_load(l + 5 * W)), xf_add(xf_load(l + 3 * W), xf_load(l + 7 * W))));
+}
+
+/* rows [n0, n1) of an x8 matrix (multiples of 8) for M <= SD_MB activation rows */
+static int mm_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  SD_ALIGN(64) float acc[SD_MB * 64 * XG];
+  const int type = w->type, blk = sd_act_blk(type);
+  for (int64_t g = n0 / 8; g < n1 / 8; g += XG) {
+    const int ng = n1 / 8 - g < XG ? (int)(n1 / 8 - g) : XG;
+    switch (type) {
+      case SD_Q4_K: kx8_unit(SD_Q4_K, w, a, M, g, ng, acc); break;
+      case SD_Q6_K: kx8_unit(SD_Q6_K, w, a, M, g, ng, acc); break;
+      case SD_Q4_0: bx8_unit(SD_Q4_0, w, a, M, g, ng, acc); break;
+      case SD_Q5_0: bx8_unit(SD_Q5_0, w, a, M, g, ng, acc); break;
+      default: bx8_unit(SD_Q8_0, w, a, M, g, ng, acc); break;
+    }
+    for (int64_t m = 0; m < M; m++) {
+      SD_ALIGN(64) float out[8 * XG];
+      if (blk == QKK) xf_store(out, xf_load(acc + m * 8 * XG));
+      else xf_store(out, xf_tree8(acc + m * 64 * XG));
+      memcpy(y + m * ldy + 8 * g, out, sizeof(float) * 8 * (size_t)ng);
+    }
+  }
+  return 0;
+}
