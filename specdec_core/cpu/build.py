@@ -165,6 +165,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sd_isa.argtypes = lib.sd_cpu_features.argtypes = []
     lib.sd_type_supported.argtypes, lib.sd_type_supported.restype = [_INT], _INT
     lib.sd_x8_supported.argtypes, lib.sd_x8_supported.restype = [_INT], _INT
+    lib.sd_x8_native.argtypes, lib.sd_x8_native.restype = [], _INT
     lib.sd_dequantize.argtypes = [_INT, _P, _I64, _INT, _P, _I64, _I64, _P]
     lib.sd_dequantize.restype = _INT
     lib.sd_quantize_act.argtypes = [_P, _I64, _I64, _INT, _P, _P, _P]

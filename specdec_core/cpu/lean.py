@@ -22,14 +22,14 @@ import torch
 from torch import nn
 
 from .build import kernel
-from .linear import GGUFEmbedding, GGUFLinear, GGUFMatrix
+from .linear import ROWS, X8, GGUFEmbedding, GGUFLinear, GGUFMatrix
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
 
 class _Mat(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("row_bytes", ctypes.c_int64), ("type", ctypes.c_int32),
-                ("rows", ctypes.c_int32), ("cols", ctypes.c_int32), ("pad_", ctypes.c_int32)]
+                ("rows", ctypes.c_int32), ("cols", ctypes.c_int32), ("layout", ctypes.c_int32)]
 
 
 class _Layer(ctypes.Structure):
@@ -115,16 +115,70 @@ class PositionalKV:
         return 2 * self.keys.numel() * 4
 
 
-class LeanForward:
-    """The model's forward for decoding: ids at positions start.., logits of the last rows."""
+def _interleave(model: nn.Module, nthreads: int) -> None:
+    """Each linear's matrix repacked to the interleaved layout (kernels/sdcpu.h) where the
+    running kernel has one, tensor by tensor, the file's pages under it handed back as soon as
+    its copy exists: resident memory stays about one model's bytes. The modules take the new
+    matrices (transformers' forward reads them too); the embedding keeps the file's rows (it is
+    looked up, not multiplied), also where the head is tied to it."""
+    done: dict[int, GGUFMatrix] = {}
+    for module in model.modules():
+        if not isinstance(module, GGUFLinear):
+            continue
+        m = module.matrix
+        if id(m) not in done:
+            new = m.repack(nthreads)
+            if new is not m:
+                m.release_pages()
+            done[id(m)] = new
+        module.matrix = done[id(m)]
 
-    def __init__(self, model: nn.Module) -> None:
+
+def _head_rows(head: GGUFMatrix, rows: np.ndarray, nthreads: int, repack: bool) -> GGUFMatrix:
+    """A contiguous matrix of the head's `rows` (in the file's layout, then interleaved where it can be)."""
+    data = head.data
+    if head.layout == X8:  # the file's rows again, to gather from
+        data = np.empty_like(head.data)
+        rc = kernel().lib.sd_repack(head.ggml_type, head.pointer(), head.row_bytes, head.rows, head.cols,
+                                    data.ctypes.data, ROWS, nthreads)
+        if rc:
+            raise RuntimeError(f"CPU kernel could not unpack the head (code {rc})")
+    part = GGUFMatrix(np.ascontiguousarray(np.asarray(data)[rows]), head.ggml_type, len(rows), head.cols)
+    return part.repack(nthreads) if repack else part
+
+
+class LeanForward:
+    """The model's forward for decoding: ids at positions start.., logits of the last rows.
+
+    head_rows: None for logits over the whole vocabulary; else a sorted array of distinct token
+    ids (FR-Spec: a draft's head limited to its most frequent tokens). The head is then a
+    contiguous matrix of just those rows, built here in memory, and a pass returns logits
+    [n, len(head_rows)] in the order of head_rows: column j is token head_rows[j], bit for bit
+    the logit the full head gives that token. The input side (embeddings) is unchanged.
+
+    repack: False keeps every matrix in the file's row layout (for before/after measurements).
+    """
+
+    def __init__(self, model: nn.Module, head_rows=None, repack: bool = True) -> None:
         why = supports(model)
         if why is not None:
             raise ValueError(f"the lean forward cannot run this model: {why}")
         cfg, inner = model.config, model.model
         self.model = model
-        self.vocab = model.lm_head.out_features
+        nthreads = torch.get_num_threads()
+        if repack:
+            _interleave(model, nthreads)
+        head = model.lm_head.matrix
+        self.head_rows = None
+        if head_rows is not None:
+            rows = np.asarray(head_rows)
+            if rows.ndim != 1 or not len(rows) or not np.issubdtype(rows.dtype, np.integer):
+                raise ValueError("head_rows: a non-empty 1-D array of token ids")
+            if rows[0] < 0 or rows[-1] >= head.rows or (np.diff(rows) <= 0).any():
+                raise ValueError(f"head_rows: sorted distinct ids in 0..{head.rows - 1}")
+            self.head_rows = rows.astype(np.int64)
+            head = _head_rows(head, self.head_rows, nthreads, repack)
+        self.vocab = head.rows
         self._keep = []  # every array whose address the C struct holds
 
         def vec(t) -> int:
@@ -138,7 +192,7 @@ class LeanForward:
             if m.row_map is not None and not raw_rows:
                 raise ValueError("a permuted matrix outside q/k")
             self._keep.append(m)
-            return _Mat(m.pointer(), m.row_bytes, m.ggml_type, m.rows, m.cols, 0)
+            return _Mat(m.pointer(), m.row_bytes, m.ggml_type, m.rows, m.cols, m.layout)
 
         heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -166,7 +220,7 @@ class LeanForward:
         self._struct = _Model(
             len(inner.layers), cfg.hidden_size, heads, kv_heads, self.head_dim, cfg.intermediate_size, self.vocab,
             0 if pairs else 1, float(cfg.rms_norm_eps), float(self.head_dim**-0.5), vec(inner.rotary_emb.inv_freq),
-            mat(inner.embed_tokens.matrix), mat(model.lm_head.matrix), vec(inner.norm.weight), layers,
+            mat(inner.embed_tokens.matrix), mat(head), vec(inner.norm.weight), layers,
         )
         self.n_layers = len(inner.layers)
 

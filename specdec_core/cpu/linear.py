@@ -74,11 +74,21 @@ class GGUFMatrix:
             raise RuntimeError(f"CPU kernel could not dequantize a matrix of type {self.ggml_type} (code {rc})")
         return out.reshape(*index.shape, self.cols)
 
+    def interleavable(self) -> bool:
+        """Whether repack() would interleave it: a type with x8 kernels in the running build,
+        rows a multiple of 8."""
+        lib = kernel().lib
+        return self.layout == ROWS and not self.rows % 8 and bool(lib.sd_x8_native() and lib.sd_x8_supported(self.ggml_type))
+
+    def release_pages(self) -> None:
+        """Hand the mapped file's pages under this matrix back to the OS (a copy took its place;
+        a later read of them, e.g. an embedding lookup, faults them in again from the page cache)."""
+        release_pages(self.data)
+
     def repack(self, nthreads: int = 1) -> "GGUFMatrix":
         """The same matrix in the interleaved layout (8 rows side by side, kernels/sdcpu.h), a
-        new array in memory; self where the kernel has no such layout for the type or the rows
-        are not a multiple of 8 (those keep the file's rows)."""
-        if self.layout == X8 or self.rows % 8 or not kernel().lib.sd_x8_supported(self.ggml_type):
+        new array in memory; self where interleavable() says no (the file's rows stay)."""
+        if not self.interleavable():
             return self
         out = np.empty((self.rows, self.row_bytes), np.uint8)
         rc = kernel().lib.sd_repack(self.ggml_type, self.pointer(), self.row_bytes, self.rows, self.cols, out.ctypes.data,
@@ -86,6 +96,27 @@ class GGUFMatrix:
         if rc:
             raise RuntimeError(f"CPU kernel could not repack a {self.rows}x{self.cols} matrix of type {self.ggml_type} (code {rc})")
         return GGUFMatrix(out, self.ggml_type, self.rows, self.cols, self.row_map, X8)
+
+
+def release_pages(data: np.ndarray) -> None:
+    """madvise(MADV_DONTNEED) on the whole pages under `data` where it is a view of a read-only
+    np.memmap (the GGUF reader's); anything else is left alone."""
+    import mmap
+
+    if not isinstance(data, np.memmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    root = data
+    while isinstance(root.base, np.memmap):  # views of views: the array the mapping was made for
+        root = root.base
+    raw = getattr(root, "_mmap", None)
+    if raw is None:
+        return
+    # np.memmap maps from the allocation granule below its offset: that is where the map starts
+    start = data.ctypes.data - root.ctypes.data + int(root.offset or 0) % mmap.ALLOCATIONGRANULARITY
+    page = mmap.PAGESIZE
+    lo, hi = -(-start // page) * page, (start + data.nbytes) // page * page
+    if hi > lo:
+        raw.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
 class GGUFLinear(nn.Module):

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .linear import GGUFEmbedding, GGUFLinear, GGUFMatrix
+from .linear import ROWS, X8, GGUFEmbedding, GGUFLinear, GGUFMatrix
 from .reader import F16, F32, GGUFError, GGUFFile
 
 # llama.cpp ends generation on these too, whatever eos id the file names (llama-vocab.cpp)
@@ -250,18 +250,15 @@ _KEEP_FOR_DRAFT = (Q4_0, 12)  # Q4_0 and Q4_K: already 4-bit
 
 def requantize_for_draft(model, f: GGUFFile) -> tuple[int, int, int]:
     """Every matrix of a draft's linears that is not 4-bit yet (Q5_0, Q8_0, Q6_K, ... F16)
-    becomes Q4_0 in memory, and the file's pages it came from are handed back to the OS. A
-    draft's precision changes what it proposes, never the output (the target verifies what the
-    draft proposed from its own distribution), and a drafted token costs the bytes it reads.
+    becomes Q4_0 in memory -- straight into the interleaved layout where the kernel has one and
+    the rows are a multiple of 8 -- and the file's pages it came from are handed back to the OS.
+    A draft's precision changes what it proposes, never the output (the target verifies what
+    the draft proposed from its own distribution), and a drafted token costs the bytes it reads.
     The embedding stays: it is looked up, not read whole. Returns (matrices, bytes before, after)."""
-    import mmap
-
     from .build import kernel
 
     lib = kernel().lib
-    page = mmap.PAGESIZE
-    raw_map = getattr(f._map, "_mmap", None)
-    seen: dict[int, GGUFMatrix] = {}
+    seen: set[int] = set()
     count = before = after = 0
     for module in model.modules():
         if not isinstance(module, GGUFLinear):
@@ -269,19 +266,16 @@ def requantize_for_draft(model, f: GGUFFile) -> tuple[int, int, int]:
         m = module.matrix
         if m.ggml_type in _KEEP_FOR_DRAFT or m.cols % 32 or id(m) in seen:
             continue
+        layout = X8 if (not m.rows % 8 and lib.sd_x8_native()) else ROWS
         out = np.empty((m.rows, m.cols // 32 * 18), np.uint8)
-        rc = lib.sd_requantize_q4_0(m.ggml_type, m.pointer(), m.row_bytes, m.rows, m.cols, out.ctypes.data, 0,
+        rc = lib.sd_requantize_q4_0(m.ggml_type, m.pointer(), m.row_bytes, m.rows, m.cols, out.ctypes.data, layout,
                                     torch.get_num_threads())
         if rc:
             raise RuntimeError(f"CPU kernel could not requantize a matrix of type {m.ggml_type} (code {rc})")
         count, before, after = count + 1, before + m.nbytes, after + out.nbytes
-        if raw_map is not None and isinstance(m.data, np.memmap):  # its file pages: no longer ours
-            start = m.data.ctypes.data - f._map.ctypes.data
-            lo, hi = -(-start // page) * page, (start + m.nbytes) // page * page
-            if hi > lo:
-                raw_map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-        m.data, m.ggml_type, m.row_bytes = out, Q4_0, out.shape[1]
-        seen[id(m)] = m
+        m.release_pages()  # the file's pages under it: no longer ours
+        m.data, m.ggml_type, m.row_bytes, m.layout = out, Q4_0, out.shape[1], layout
+        seen.add(id(m))
     return count, before, after
 
 

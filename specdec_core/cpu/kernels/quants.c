@@ -248,6 +248,15 @@ int sd_act_blk(int type) { return traits(type) ? traits(type)->act_blk : 0; }
 int sd_x8_type(int type) { return traits(type) ? traits(type)->x8 : 0; }
 SD_EXPORT int sd_type_supported(int type) { return traits(type) != NULL; }
 SD_EXPORT int sd_x8_supported(int type) { return sd_x8_type(type); }
+/* 1 where this build multiplies x8 matrices with kernels of their own; 0 where it unpacks each
+   row for the row kernel (right, but slower than the file's rows: the loader keeps those) */
+SD_EXPORT int sd_x8_native(void) {
+#if SD_X86
+  return 1;
+#else
+  return 0;
+#endif
+}
 
 void sd_dequantize_row(int type, const void* row, int64_t K, float* y) { traits(type)->dequantize(row, K, y); }
 

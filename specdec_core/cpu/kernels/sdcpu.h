@@ -144,6 +144,7 @@ SD_EXPORT int sd_isa(void);
 SD_EXPORT int sd_cpu_features(void);
 SD_EXPORT int sd_type_supported(int type);
 SD_EXPORT int sd_x8_supported(int type); /* the interleaved layout exists for the type */
+SD_EXPORT int sd_x8_native(void);         /* this build has x8 kernels of its own */
 SD_EXPORT int sd_dequantize(int type, const void* data, int64_t row_bytes, int layout, const int32_t* rows, int64_t n,
                             int64_t K, float* out);
 SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, int8_t* qs, float* d, int16_t* sums);

@@ -1,0 +1,116 @@
+"""What one lean-forward pass costs, by pass size and kernel build: the speed notes' headline table.
+
+    python -m specdec_core.cpu.passbench [--role target|draft] [--rows 1,2,5,9,17]
+                                         [--kernels avx2,avx512vnni] [--repeats 15] [--threads 2]
+                                         [--context 128] [--before SRC_DIR]
+
+Loads an embedded model as Engine.load runs it (the draft requantized), reads `--context`
+tokens into a cache, then times passes of each size at that position (a verification: every
+row's logits kept), the kernels and sizes interleaved round-robin so that load from other
+programs falls on all alike; prints medians (ms) and each size as a multiple of one row.
+`--before SRC_DIR` adds the kernel built from an older checkout's kernels/ folder (e.g. `git
+archive main specdec_core/cpu/kernels | tar -x -C /tmp/old`), run on the file's own row-major
+blocks: before and after in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def _embedded_path(role: str) -> Path:
+    from ..models.default_pair import EMBEDDED, assembled_path
+
+    return assembled_path(EMBEDDED[role])
+
+
+def _old_library(src: Path, variant) -> ctypes.CDLL:
+    """The kernel of an older checkout (its kernels/ folder), built with this build's flags."""
+    from . import build
+
+    out = Path(tempfile.mkdtemp(prefix="sd-before-")) / f"old-{variant.name}.so"
+    omp_c, omp_l = build._openmp_flags(build.compiler())
+    cmd = [*build.compiler(), *build.COMMON, *variant.flags, *omp_c,
+           *(str(src / s) for s in ("quants.c", "forward.c", "features.c")), "-o", str(out), "-lm", *omp_l]
+    subprocess.run(cmd, check=True, capture_output=True)
+    lib = ctypes.CDLL(str(out))
+    lib.sd_forward.restype = ctypes.c_int
+    lib.sd_forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
+    return lib
+
+
+def main(argv: list[str] | None = None) -> None:
+    from . import build, lean as lean_mod, model as cpu_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--role", default="target", choices=("target", "draft"))
+    ap.add_argument("--rows", default="1,2,5,9,17")
+    ap.add_argument("--kernels", default="avx2,avx512vnni")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--before", type=Path, default=None, help="an older kernels/ folder to compare with")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    sizes = [int(r) for r in args.rows.split(",")]
+
+    loaded = cpu_model.load(_embedded_path(args.role), None)
+    runs = []  # (label, lib, struct address)
+    if args.before is not None:
+        plain = lean_mod.LeanForward(loaded.model, repack=False) if "repack" in lean_mod.LeanForward.__init__.__code__.co_varnames \
+            else lean_mod.LeanForward(loaded.model)
+        for name in args.kernels.split(","):
+            runs.append((f"before {name}", _old_library(args.before, build.BY_NAME[name]), plain))
+    if args.role == "draft":
+        cpu_model.requantize_for_draft(loaded.model, loaded.file)
+    lean = lean_mod.LeanForward(loaded.model)
+    for name in args.kernels.split(","):
+        runs.append((name, build.load_variant(build.BY_NAME[name]).lib, lean))
+
+    ids = [(7919 * i + 13) % 150_000 for i in range(args.context + max(sizes))]
+    times: dict[tuple[str, int], list[float]] = {}
+    for label, lib, lf in runs:
+        cache = lf.new_cache()
+        cache.reserve(args.context + max(sizes) + 1, keep=0)
+        lf._bench = (lib, cache)
+        prefill = torch.empty(1, lf.vocab)
+        idv = np.asarray(ids[: args.context], np.int32)
+        rc = lib.sd_forward(ctypes.addressof(lf._struct), cache.keys.data_ptr(), cache.values.data_ptr(), cache.capacity,
+                            idv.ctypes.data, args.context, 0, prefill.data_ptr(), 1, args.threads)
+        assert rc == 0, rc
+    for rep in range(args.repeats + 1):
+        for n in sizes:
+            idv = np.asarray(ids[args.context : args.context + n], np.int32)
+            for label, lib, lf in runs:
+                cache = lf._bench[1]
+                logits = torch.empty(n, lf.vocab)
+                t0 = time.perf_counter()
+                rc = lib.sd_forward(ctypes.addressof(lf._struct), cache.keys.data_ptr(), cache.values.data_ptr(),
+                                    cache.capacity, idv.ctypes.data, n, args.context, logits.data_ptr(), n, args.threads)
+                dt = time.perf_counter() - t0
+                assert rc == 0, rc
+                if rep:  # the first round warms caches and pages
+                    times.setdefault((label, n), []).append(dt * 1000)
+    print(f"{args.role}, {args.threads} threads, context {args.context}, median of {args.repeats} (ms; x one row)")
+    print("| build | " + " | ".join(f"{n} rows" for n in sizes) + " | per extra row |")
+    print("|---|" + "---|" * (len(sizes) + 1))
+    for label, _, _ in runs:
+        med = [statistics.median(times[(label, n)]) for n in sizes]
+        one = med[0]
+        cells = [f"{m:.1f} ({m / one:.2f}x)" for m in med]
+        slope = (med[-1] - one) / (sizes[-1] - sizes[0]) / one if len(sizes) > 1 else 0.0
+        print(f"| {label} | " + " | ".join(cells) + f" | {slope:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
