@@ -1,7 +1,8 @@
 /* Test driver for the kernel's NEON build under qemu-aarch64 (tests/test_cpu_kernel.py).
    usage: driver TYPE ROWS K ROW_BYTES DIR  -- reads DIR/w.bin (ROWS x ROW_BYTES) and DIR/x.bin
    (17 x K float32); writes DIR/deq.bin (the dequantized rows) and DIR/{all,one}{1,2}.bin (the
-   17 x ROWS matmul: all rows in one call / each row alone, with 1 or 2 threads). */
+   17 x ROWS matmul: all rows in one call / each row alone, with 1 or 2 threads), and where the
+   type has an interleaved layout, DIR/x8{all,one}{1,2}.bin: the same through it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,24 @@ int main(int argc, char** argv) {
     snprintf(name, sizeof name, "one%d.bin", threads);
     spill(dir, name, y, sizeof(float) * M * rows);
   }
-  printf("isa=%d\n", sd_isa());
+  if (sd_x8_supported(type) && rows % 8 == 0) { /* the same through the interleaved layout */
+    uint8_t* x8 = malloc((size_t)rows * rb);
+    if (sd_repack(type, w, rb, rows, K, x8, 1, 2)) return 4;
+    for (int threads = 1; threads <= 2; threads++) {
+      char name[16];
+      if (sd_matmul(x, M, K, type, x8, rows, rb, 1, NULL, y, rows, threads)) return 3;
+      snprintf(name, sizeof name, "x8all%d.bin", threads);
+      spill(dir, name, y, sizeof(float) * M * rows);
+      for (int m = 0; m < M; m++)
+        if (sd_matmul(x + (size_t)m * K, 1, K, type, x8, rows, rb, 1, NULL, y + (size_t)m * rows, rows, threads)) return 3;
+      snprintf(name, sizeof name, "x8one%d.bin", threads);
+      spill(dir, name, y, sizeof(float) * M * rows);
+    }
+  }
+#if defined(__ARM_NEON)
+  printf("neon=1 x8=%d\n", sd_x8_native());
+#else
+  printf("neon=0\n");
+#endif
   return 0;
 }

@@ -330,7 +330,8 @@ def _cross() -> tuple[str, str] | None:
 @pytest.mark.parametrize("flavour", ["neon", "neon-dotprod"])
 def test_neon_build_equals_portable_under_qemu(portable, tmp_path, flavour):
     """The NEON build, cross-compiled and run under qemu-user, gives the portable build's bits
-    for every type: dequantizing, and matmuls of 1..17 rows with 1 and 2 threads."""
+    for every type: dequantizing, and matmuls of 1..17 rows with 1 and 2 threads, in the file's
+    rows and (where the type has one) in the interleaved layout."""
     assert _cross() is not None, "aarch64-linux-gnu-gcc or qemu-aarch64 missing"
     cc, qemu = _cross()
     exe = tmp_path / "driver"
@@ -340,18 +341,22 @@ def test_neon_build_equals_portable_under_qemu(portable, tmp_path, flavour):
                     "-lm"], check=True, capture_output=True)
     rng = np.random.default_rng(5)
     for name in ALL_TYPES:
-        kdim = 512
-        raw = random_blocks(name, 19, kdim, rng)
+        kdim = 512 if name in ("Q4_K", "Q5_K", "Q6_K") else 224  # 7 blocks of 32: a partial group
+        rows = 24
+        raw = random_blocks(name, rows, kdim, rng)
         x = rng.standard_normal((17, kdim)).astype(np.float32)
         raw.tofile(tmp_path / "w.bin")
         x.tofile(tmp_path / "x.bin")
-        proc = subprocess.run([qemu, "-cpu", "max", str(exe), str(type_id(name)), "19", str(kdim), str(raw.shape[1]),
+        proc = subprocess.run([qemu, "-cpu", "max", str(exe), str(type_id(name)), str(rows), str(kdim), str(raw.shape[1]),
                                str(tmp_path)], capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.split()[0] == "isa=4"
-        deq = np.fromfile(tmp_path / "deq.bin", np.float32).reshape(19, kdim)
+        assert proc.stdout.split() == ["neon=1", "x8=1"]
+        deq = np.fromfile(tmp_path / "deq.bin", np.float32).reshape(rows, kdim)
         assert np.array_equal(bits(deq), bits(dequantize(raw, name, kdim))), name
         ref = matmul(portable, x, raw, name)
-        for tag in ("all1", "all2", "one1", "one2"):
-            got = np.fromfile(tmp_path / f"{tag}.bin", np.float32).reshape(17, 19)
+        tags = ["all1", "all2", "one1", "one2"]
+        if name in X8_TYPES:
+            tags += ["x8" + t for t in tags]
+        for tag in tags:
+            got = np.fromfile(tmp_path / f"{tag}.bin", np.float32).reshape(17, rows)
             assert np.array_equal(bits(got), bits(ref)), (name, tag)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = ("quants.c", "forward.c", "features.c")
-HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h")
+HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h", "x8_neon.h")
 SHIPPED = KERNELS / "lib"
 ENV = "SPECDEC_CPU_KERNEL"
 
@@ -161,8 +161,7 @@ _I64, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    lib.sd_isa.restype = lib.sd_cpu_features.restype = _INT
-    lib.sd_isa.argtypes = lib.sd_cpu_features.argtypes = []
+    lib.sd_cpu_features.restype, lib.sd_cpu_features.argtypes = _INT, []
     lib.sd_type_supported.argtypes, lib.sd_type_supported.restype = [_INT], _INT
     lib.sd_x8_supported.argtypes, lib.sd_x8_supported.restype = [_INT], _INT
     lib.sd_x8_native.argtypes, lib.sd_x8_native.restype = [], _INT

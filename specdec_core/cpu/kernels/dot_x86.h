@@ -290,7 +290,7 @@ SD_INLINE __m256 bscales(const int TYPE, const uint8_t* blocks, int n, int mins)
   const int bb = TYPE == SD_Q4_0 ? (int)sizeof(blk_q4_0) : TYPE == SD_Q4_1 ? (int)sizeof(blk_q4_1)
                : TYPE == SD_Q5_0 ? (int)sizeof(blk_q5_0) : TYPE == SD_Q5_1 ? (int)sizeof(blk_q5_1) : (int)sizeof(blk_q8_0);
   SD_ALIGN(16) uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int i = 0; i < n; i++) memcpy(h + i, blocks + i * bb + (mins ? 2 : 0), 2);
+  for (int i = 0; i < n && i < 8; i++) memcpy(h + i, blocks + i * bb + (mins ? 2 : 0), 2);
   return _mm256_cvtph_ps(_mm_load_si128((const __m128i*)h));
 }
 

@@ -1,5 +1,5 @@
-/* What this build was compiled for, and what the CPU it runs on can do (build.py picks the
-   build from the second; the portable build is always safe to ask). */
+/* What the CPU this runs on can do (build.py picks the build from it; the probe is built
+   alone, in portable C, so it is always safe to ask). */
 #include "sdcpu.h"
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
@@ -18,20 +18,6 @@
 #endif
 #endif
 #endif
-
-SD_EXPORT int sd_isa(void) {
-#if SD_VNNI == 1
-  return SD_ISA_AVX512VNNI;
-#elif SD_VNNI == 2
-  return SD_ISA_AVXVNNI;
-#elif defined(__AVX2__)
-  return SD_ISA_AVX2;
-#elif defined(__ARM_NEON)
-  return SD_ISA_NEON;
-#else
-  return SD_ISA_PORTABLE;
-#endif
-}
 
 #if SD_ON_X86
 static void cpuid(int leaf, int sub, unsigned r[4]) {

@@ -251,7 +251,7 @@ SD_EXPORT int sd_x8_supported(int type) { return sd_x8_type(type); }
 /* 1 where this build multiplies x8 matrices with kernels of their own; 0 where it unpacks each
    row for the row kernel (right, but slower than the file's rows: the loader keeps those) */
 SD_EXPORT int sd_x8_native(void) {
-#if SD_X86
+#if SD_X86 || SD_ARM
   return 1;
 #else
   return 0;
@@ -631,10 +631,12 @@ SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t ro
   return 0;
 }
 
-/* the x8 matmul: one implementation per instruction set (the portable and NEON builds unpack
-   each row and take the row kernel: the same numbers, by construction) */
+/* the x8 matmul: one implementation per instruction set (the portable build unpacks each row
+   and takes the row kernel: the same numbers, by construction) */
 #if SD_X86
 #include "x8_x86.h"
+#elif SD_ARM
+#include "x8_neon.h"
 #else
 static int mm_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   uint8_t* row = (uint8_t*)sd_alloc((size_t)w->row_bytes);

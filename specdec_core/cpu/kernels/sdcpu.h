@@ -40,9 +40,6 @@ enum {
   SD_Q4_K = 12, SD_Q5_K = 13, SD_Q6_K = 14, SD_BF16 = 30
 };
 
-/* which instruction set a build uses (sd_isa) */
-enum { SD_ISA_PORTABLE = 0, SD_ISA_AVX2 = 1, SD_ISA_AVXVNNI = 2, SD_ISA_AVX512VNNI = 3, SD_ISA_NEON = 4 };
-
 /* cpu feature bits (sd_cpu_features) */
 enum {
   SD_CPU_AVX2 = 1 << 0, SD_CPU_FMA = 1 << 1, SD_CPU_F16C = 1 << 2, SD_CPU_AVX512F = 1 << 3,
@@ -140,7 +137,6 @@ float sd_tree8_sumsq(const float* a, int64_t n);
 void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in every build */
 
 /* exported entry points */
-SD_EXPORT int sd_isa(void);
 SD_EXPORT int sd_cpu_features(void);
 SD_EXPORT int sd_type_supported(int type);
 SD_EXPORT int sd_x8_supported(int type); /* the interleaved layout exists for the type */
