@@ -21,8 +21,9 @@ import pytest
 
 from gguf_blocks import ALL_TYPES, GOLDEN_DIR, dequantize, golden_matmul_case, random_blocks, sha, type_id
 from specdec_core.cpu import build
+from specdec_core.cpu.abi import ptr
 
-P = lambda a: a.ctypes.data  # noqa: E731
+P = ptr  # an array (or None) as the kernel's pointer argument
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +55,53 @@ def matmul(k, x: np.ndarray, raw: np.ndarray, name: str, threads: int = 1, rowma
     n = raw.shape[0] if rowmap is None else len(rowmap)
     y = np.full((m, n), np.nan, np.float32)
     rc = k.lib.sd_matmul(P(x), m, kdim, type_id(name), P(raw), n, raw.shape[1], layout,
-                         None if rowmap is None else P(rowmap), P(y), n, threads)
+                         P(rowmap), P(y), n, threads)
     assert rc == 0
     return y
 
 
 def bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(np.uint32)
+
+
+# ---------------------------------------------------------------- the ABI, declared once (sdcpu.h)
+
+
+def test_the_abi_block_declares_every_entry_point_and_nothing_else():
+    import re
+
+    from specdec_core.cpu import abi
+
+    defined = set()
+    for src in build.SOURCES:
+        defined |= set(re.findall(r"^SD_EXPORT [\w\s\*]+?\b(sd_\w+)\(", (build.KERNELS / src).read_text(), re.M))
+    declared = set(re.findall(r"\b(sd_\w+)\(", abi.declarations()))
+    assert declared == defined
+
+
+def test_struct_layouts_are_the_compilers(portable):
+    """cffi lays the structs out from the declarations; each build's compiler must agree."""
+    from specdec_core.cpu.abi import ffi
+
+    expect = [ffi.sizeof("sd_mat"), ffi.offsetof("sd_mat", "row_bytes"), ffi.offsetof("sd_mat", "type"),
+              ffi.offsetof("sd_mat", "layout"), ffi.sizeof("sd_layer"), ffi.offsetof("sd_layer", "wq"),
+              ffi.offsetof("sd_layer", "wdown"), ffi.offsetof("sd_layer", "bq"), ffi.offsetof("sd_layer", "k_norm"),
+              ffi.sizeof("sd_model"), ffi.offsetof("sd_model", "rms_eps"), ffi.offsetof("sd_model", "inv_freq"),
+              ffi.offsetof("sd_model", "tok_embd"), ffi.offsetof("sd_model", "output"),
+              ffi.offsetof("sd_model", "output_norm"), ffi.offsetof("sd_model", "layers")]
+    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+        out = np.zeros(32, np.int64)
+        assert k.lib.sd_abi_layout(P(out), 32) == len(expect)
+        assert out[: len(expect)].tolist() == expect, k.name
+
+
+def test_type_ids_are_ggmls():
+    import gguf
+
+    from specdec_core.cpu.abi import enum
+
+    for name, value in enum("sd_type").items():
+        assert value == int(gguf.GGMLQuantizationType[name.removeprefix("SD_")]), name
 
 
 # ---------------------------------------------------------------- hand-built cases
@@ -104,7 +145,7 @@ def test_decoders_equal_gguf_py_bit_for_bit(portable, name):
     ref = dequantize(raw, name, 512)
     for k in [portable] + [build.load_variant(v) for v in SIMD]:
         out = np.empty_like(ref)
-        k.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], 0, None, 7, 512, P(out))
+        k.lib.sd_dequantize(type_id(name), P(raw), raw.shape[1], 0, P(None), 7, 512, P(out))
         assert np.array_equal(bits(out), bits(ref)), k.name
     # rows gathered by index (an embedding lookup)
     idx = np.array([6, 0, 3, 3], np.int32)
@@ -257,7 +298,7 @@ def test_x8_refuses_what_it_cannot_take(portable):
     assert portable.lib.sd_repack(type_id("Q4_1"), P(q41), q41.shape[1], 8, 64, P(np.empty_like(q41)), X8, 1) == 1
     x = np.ones((1, 256), np.float32)
     y = np.empty((1, 12), np.float32)
-    assert portable.lib.sd_matmul(P(x), 1, 256, type_id("Q4_K"), P(raw), 12, raw.shape[1], X8, None, P(y), 12, 1) == 2
+    assert portable.lib.sd_matmul(P(x), 1, 256, type_id("Q4_K"), P(raw), 12, raw.shape[1], X8, P(None), P(y), 12, 1) == 2
 
 
 def test_row_map_reads_rows_in_its_order(portable):

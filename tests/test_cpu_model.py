@@ -15,6 +15,7 @@ import torch
 from conftest import soften
 from gguf_blocks import make_llama, write_gguf
 from specdec_core.cpu import model as cm
+from specdec_core.cpu.abi import ptr
 from specdec_core.cpu.linear import GGUFEmbedding, GGUFLinear
 from specdec_core.cpu.reader import GGUFError, GGUFFile
 from tiny_models import make_model, make_tokenizer
@@ -175,9 +176,9 @@ def test_a_draft_is_requantized_to_4_bits_and_stays_close(tmp_path, tok):
         t0, raw0 = before[name]
         old = np.empty((m.matrix.rows, m.matrix.cols), np.float32)
         new = np.empty_like(old)
-        lib.sd_dequantize(t0, raw0.ctypes.data, raw0.shape[1], 0, None, old.shape[0], old.shape[1], old.ctypes.data)
-        lib.sd_dequantize(2, m.matrix.data.ctypes.data, m.matrix.row_bytes, m.matrix.layout, None, new.shape[0], new.shape[1],
-                          new.ctypes.data)
+        lib.sd_dequantize(t0, ptr(raw0), raw0.shape[1], 0, ptr(None), old.shape[0], old.shape[1], ptr(old))
+        lib.sd_dequantize(2, m.matrix.pointer(), m.matrix.row_bytes, m.matrix.layout, ptr(None), new.shape[0], new.shape[1],
+                          ptr(new))
         # Q4_0: a step is amax/8 of the block; rounding moves a weight by half a step, except at
         # the far end of the range, clamped to code 15, by up to one (and d is rounded to fp16)
         step = np.abs(old.reshape(-1, 32)).max(-1, keepdims=True) / 8

@@ -1,9 +1,10 @@
 """Building the kernel (kernels/*.c) for each instruction set, and loading the one this CPU runs.
 
-Why C through ctypes: one forward pass is one call (no Python per layer), the integer dot
-products need intrinsics no library in the dependency set offers for GGUF blocks, and a plain
-C library compiles in seconds with the system's compiler where a torch extension takes a
-minute and torch's headers. ctypes releases the GIL during a call.
+Why a plain C library opened through cffi: one forward pass is one call (no Python per layer),
+the integer dot products need intrinsics no library in the dependency set offers for GGUF
+blocks, and a plain C library compiles in seconds with the system's compiler where a torch
+extension takes a minute and torch's headers. Its ABI is declared once, in kernels/sdcpu.h,
+and read from there (abi.py); a call releases the GIL.
 
 One source, several builds (the "variants"), best first; the first whose CPU features this
 machine has is used:
@@ -24,7 +25,6 @@ flags, so an edited kernel is rebuilt, never reused stale.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import platform
@@ -34,6 +34,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import abi
 
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = ("quants.c", "forward.c", "features.c")
@@ -46,8 +48,11 @@ ENV = "SPECDEC_CPU_KERNEL"
 CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-Werror=implicit-function-declaration"]
 COMMON = CFLAGS + ["-fPIC", "-shared", "-fvisibility=hidden"]
 
-# cpu feature bits, as features.c reports them
-AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL, AVX512VNNI, AVXVNNI, NEON, DOTPROD = (1 << i for i in range(10))
+# cpu feature bits, as features.c reports them (sdcpu.h's sd_cpu_feature)
+_BITS = abi.enum("sd_cpu_feature")
+AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL, AVX512VNNI, AVXVNNI, NEON, DOTPROD = (
+    _BITS[f"SD_CPU_{n}"] for n in ("AVX2", "FMA", "F16C", "AVX512F", "AVX512BW", "AVX512VL", "AVX512VNNI", "AVXVNNI",
+                                   "NEON", "DOTPROD"))
 
 
 @dataclass(frozen=True)
@@ -157,35 +162,11 @@ def find_or_build(variant: Variant) -> Path:
     return cached if cached.is_file() else build(variant, cached.parent)
 
 
-_I64, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-
-
-def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    lib.sd_cpu_features.restype, lib.sd_cpu_features.argtypes = _INT, []
-    lib.sd_type_supported.argtypes, lib.sd_type_supported.restype = [_INT], _INT
-    lib.sd_x8_supported.argtypes, lib.sd_x8_supported.restype = [_INT], _INT
-    lib.sd_x8_native.argtypes, lib.sd_x8_native.restype = [], _INT
-    lib.sd_dequantize.argtypes = [_INT, _P, _I64, _INT, _P, _I64, _I64, _P]
-    lib.sd_dequantize.restype = _INT
-    lib.sd_quantize_act.argtypes = [_P, _I64, _I64, _INT, _P, _P, _P]
-    lib.sd_quantize_act.restype = None
-    lib.sd_matmul.argtypes = [_P, _I64, _I64, _INT, _P, _I64, _I64, _INT, _P, _P, _I64, _INT]
-    lib.sd_matmul.restype = _INT
-    lib.sd_forward.argtypes = [_P, _P, _P, _I64, _P, _I64, _I64, _P, _I64, _INT]
-    lib.sd_forward.restype = _INT
-    lib.sd_exp.argtypes, lib.sd_exp.restype = [_P, _I64], None
-    lib.sd_requantize_q4_0.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _INT, _INT]
-    lib.sd_requantize_q4_0.restype = _INT
-    lib.sd_repack.argtypes = [_INT, _P, _I64, _I64, _I64, _P, _INT, _INT]
-    lib.sd_repack.restype = _INT
-    return lib
-
-
 @dataclass
 class Kernel:
-    """A loaded kernel library and which variant it is."""
+    """A loaded kernel library (its entry points as sdcpu.h declares them) and which variant it is."""
 
-    lib: ctypes.CDLL
+    lib: object
     variant: Variant
     path: Path
 
@@ -197,14 +178,12 @@ class Kernel:
 def load_variant(variant: Variant) -> Kernel:
     """Build (if needed) and load one variant; the caller makes sure this CPU runs it."""
     path = find_or_build(variant)
-    return Kernel(_declare(ctypes.CDLL(str(path))), variant, path)
+    return Kernel(abi.open_library(path), variant, path)
 
 
 def cpu_features() -> int:
     """This CPU's feature bits, as the cpuid probe (features.c) reports them."""
-    lib = ctypes.CDLL(str(find_or_build(PROBE)))
-    lib.sd_cpu_features.restype, lib.sd_cpu_features.argtypes = _INT, []
-    return lib.sd_cpu_features()
+    return abi.open_library(find_or_build(PROBE)).sd_cpu_features()
 
 
 def runnable(features: int | None = None) -> list[Variant]:

@@ -15,36 +15,17 @@ runs transformers' forward on the same modules.
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import torch
 from torch import nn
 
 from .build import kernel
+from .abi import enum, ffi, ptr
 from .linear import ROWS, X8, GGUFEmbedding, GGUFLinear, GGUFMatrix
 
+ETOKEN = enum("sd_status")["SD_ETOKEN"]
+
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
-
-
-class _Mat(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("row_bytes", ctypes.c_int64), ("type", ctypes.c_int32),
-                ("rows", ctypes.c_int32), ("cols", ctypes.c_int32), ("layout", ctypes.c_int32)]
-
-
-class _Layer(ctypes.Structure):
-    _fields_ = [("attn_norm", ctypes.c_void_p), ("ffn_norm", ctypes.c_void_p),
-                *((n, _Mat) for n in ("wq", "wk", "wv", "wo", "wgate", "wup", "wdown")),
-                ("bq", ctypes.c_void_p), ("bk", ctypes.c_void_p), ("bv", ctypes.c_void_p),
-                ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p)]
-
-
-class _Model(ctypes.Structure):
-    _fields_ = [("n_layers", ctypes.c_int32), ("d_model", ctypes.c_int32), ("n_heads", ctypes.c_int32),
-                ("n_kv_heads", ctypes.c_int32), ("head_dim", ctypes.c_int32), ("d_ff", ctypes.c_int32),
-                ("vocab", ctypes.c_int32), ("rope_neox", ctypes.c_int32), ("rms_eps", ctypes.c_float),
-                ("attn_scale", ctypes.c_float), ("inv_freq", ctypes.c_void_p), ("tok_embd", _Mat),
-                ("output", _Mat), ("output_norm", ctypes.c_void_p), ("layers", ctypes.POINTER(_Layer))]
 
 
 def _llama_permutation(rows: int, heads: int) -> np.ndarray:
@@ -127,10 +108,7 @@ def _interleave(model: nn.Module, nthreads: int) -> None:
             continue
         m = module.matrix
         if id(m) not in done:
-            new = m.repack(nthreads)
-            if new is not m:
-                m.release_pages()
-            done[id(m)] = new
+            done[id(m)] = m.repack(nthreads, release=True)
         module.matrix = done[id(m)]
 
 
@@ -140,7 +118,7 @@ def _head_rows(head: GGUFMatrix, rows: np.ndarray, nthreads: int, repack: bool) 
     if head.layout == X8:  # the file's rows again, to gather from
         data = np.empty_like(head.data)
         rc = kernel().lib.sd_repack(head.ggml_type, head.pointer(), head.row_bytes, head.rows, head.cols,
-                                    data.ctypes.data, ROWS, nthreads)
+                                    ptr(data), ROWS, nthreads)
         if rc:
             raise RuntimeError(f"CPU kernel could not unpack the head (code {rc})")
     part = GGUFMatrix(np.ascontiguousarray(np.asarray(data)[rows]), head.ggml_type, len(rows), head.cols)
@@ -181,18 +159,19 @@ class LeanForward:
         self.vocab = head.rows
         self._keep = []  # every array whose address the C struct holds
 
-        def vec(t) -> int:
+        def vec(t):
             if t is None:
-                return 0
+                return ffi.NULL
             arr = t.detach().float().contiguous()
             self._keep.append(arr)
-            return arr.data_ptr()
+            return ffi.cast("float *", arr.data_ptr())
 
-        def mat(m: GGUFMatrix, raw_rows: bool = False) -> _Mat:
+        def mat(m: GGUFMatrix, raw_rows: bool = False) -> dict:
             if m.row_map is not None and not raw_rows:
                 raise ValueError("a permuted matrix outside q/k")
             self._keep.append(m)
-            return _Mat(m.pointer(), m.row_bytes, m.ggml_type, m.rows, m.cols, m.layout)
+            return {"data": m.pointer(), "row_bytes": m.row_bytes, "type": m.ggml_type, "rows": m.rows, "cols": m.cols,
+                    "layout": m.layout}
 
         heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
@@ -205,23 +184,26 @@ class LeanForward:
         if pairs and not (np.array_equal(q0.row_map, _llama_permutation(q0.rows, heads))
                           and np.array_equal(k0.row_map, _llama_permutation(k0.rows, kv_heads))):
             raise ValueError("q/k rows permuted in an unknown way")
-        layers = (_Layer * len(inner.layers))()
+        layers = ffi.new("sd_layer[]", len(inner.layers))  # the structs as sdcpu.h declares them
         for i, layer in enumerate(inner.layers):
             a, m = layer.self_attn, layer.mlp
             q_norm, k_norm = getattr(a, "q_norm", None), getattr(a, "k_norm", None)
-            layers[i] = _Layer(
-                vec(layer.input_layernorm.weight), vec(layer.post_attention_layernorm.weight),
-                mat(a.q_proj.matrix, pairs), mat(a.k_proj.matrix, pairs), mat(a.v_proj.matrix), mat(a.o_proj.matrix),
-                mat(m.gate_proj.matrix), mat(m.up_proj.matrix), mat(m.down_proj.matrix),
-                vec(a.q_proj.bias), vec(a.k_proj.bias), vec(a.v_proj.bias),
-                vec(None if q_norm is None else q_norm.weight), vec(None if k_norm is None else k_norm.weight),
-            )
+            layers[i] = {
+                "attn_norm": vec(layer.input_layernorm.weight), "ffn_norm": vec(layer.post_attention_layernorm.weight),
+                "wq": mat(a.q_proj.matrix, pairs), "wk": mat(a.k_proj.matrix, pairs), "wv": mat(a.v_proj.matrix),
+                "wo": mat(a.o_proj.matrix), "wgate": mat(m.gate_proj.matrix), "wup": mat(m.up_proj.matrix),
+                "wdown": mat(m.down_proj.matrix), "bq": vec(a.q_proj.bias), "bk": vec(a.k_proj.bias),
+                "bv": vec(a.v_proj.bias), "q_norm": vec(None if q_norm is None else q_norm.weight),
+                "k_norm": vec(None if k_norm is None else k_norm.weight),
+            }
         self._layers = layers
-        self._struct = _Model(
-            len(inner.layers), cfg.hidden_size, heads, kv_heads, self.head_dim, cfg.intermediate_size, self.vocab,
-            0 if pairs else 1, float(cfg.rms_norm_eps), float(self.head_dim**-0.5), vec(inner.rotary_emb.inv_freq),
-            mat(inner.embed_tokens.matrix), mat(head), vec(inner.norm.weight), layers,
-        )
+        self._struct = ffi.new("sd_model *", {
+            "n_layers": len(inner.layers), "d_model": cfg.hidden_size, "n_heads": heads, "n_kv_heads": kv_heads,
+            "head_dim": self.head_dim, "d_ff": cfg.intermediate_size, "vocab": self.vocab, "rope_neox": 0 if pairs else 1,
+            "rms_eps": float(cfg.rms_norm_eps), "attn_scale": float(self.head_dim**-0.5),
+            "inv_freq": vec(inner.rotary_emb.inv_freq), "tok_embd": mat(inner.embed_tokens.matrix), "output": mat(head),
+            "output_norm": vec(inner.norm.weight), "layers": layers,
+        })
         self.n_layers = len(inner.layers)
 
     def new_cache(self) -> PositionalKV:
@@ -234,10 +216,9 @@ class LeanForward:
         cache.reserve(start + t, keep=start)
         idv = np.asarray(ids, dtype=np.int32)
         logits = torch.empty(logits_to_keep, self.vocab)
-        rc = kernel().lib.sd_forward(ctypes.addressof(self._struct), cache.keys.data_ptr(), cache.values.data_ptr(),
-                                     cache.capacity, idv.ctypes.data, t, start, logits.data_ptr(), logits_to_keep,
-                                     torch.get_num_threads())
-        if rc == 4:
+        rc = kernel().lib.sd_forward(self._struct, ptr(cache.keys), ptr(cache.values), cache.capacity, ptr(idv), t, start,
+                                     ptr(logits), logits_to_keep, torch.get_num_threads())
+        if rc == ETOKEN:
             raise ValueError(f"a token id outside the vocabulary (0..{self._struct.tok_embd.rows - 1})")
         if rc:
             raise RuntimeError(f"the CPU forward failed (code {rc})")

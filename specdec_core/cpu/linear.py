@@ -18,9 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from .abi import enum, ptr
 from .build import kernel
 
-ROWS, X8 = 0, 1  # weight layouts (kernels/sdcpu.h SD_LAYOUT_*)
+ROWS, X8 = (enum("sd_layout")[n] for n in ("SD_LAYOUT_ROWS", "SD_LAYOUT_X8"))  # weight layouts (kernels/sdcpu.h)
 
 
 class GGUFMatrix:
@@ -38,8 +39,9 @@ class GGUFMatrix:
     def nbytes(self) -> int:
         return int(self.data.nbytes)
 
-    def pointer(self) -> int:
-        return int(self.data.ctypes.data)
+    def pointer(self):
+        """The blocks' address, as the kernel takes it (abi.ptr)."""
+        return ptr(self.data)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., cols] float32 -> [..., rows] float32 (batch-invariant per row)."""
@@ -53,8 +55,8 @@ class GGUFMatrix:
         row_map = None if self.layout == X8 else self.row_map
         if m:
             rc = kernel().lib.sd_matmul(
-                x2.data_ptr(), m, self.cols, self.ggml_type, self.pointer(), self.rows, self.row_bytes, self.layout,
-                None if row_map is None else row_map.ctypes.data, y.data_ptr(), self.rows, torch.get_num_threads(),
+                ptr(x2), m, self.cols, self.ggml_type, self.pointer(), self.rows, self.row_bytes, self.layout,
+                ptr(row_map), ptr(y), self.rows, torch.get_num_threads(),
             )
             if rc:
                 raise RuntimeError(f"CPU kernel refused a {self.rows}x{self.cols} matrix of type {self.ggml_type} (code {rc})")
@@ -68,8 +70,8 @@ class GGUFMatrix:
         if self.row_map is not None:
             flat = torch.from_numpy(self.row_map)[flat.long()].contiguous()
         out = torch.empty(flat.numel(), self.cols)
-        rc = kernel().lib.sd_dequantize(self.ggml_type, self.pointer(), self.row_bytes, self.layout, flat.data_ptr(),
-                                        flat.numel(), self.cols, out.data_ptr())
+        rc = kernel().lib.sd_dequantize(self.ggml_type, self.pointer(), self.row_bytes, self.layout, ptr(flat),
+                                        flat.numel(), self.cols, ptr(out))
         if rc:
             raise RuntimeError(f"CPU kernel could not dequantize a matrix of type {self.ggml_type} (code {rc})")
         return out.reshape(*index.shape, self.cols)
@@ -80,22 +82,35 @@ class GGUFMatrix:
         lib = kernel().lib
         return self.layout == ROWS and not self.rows % 8 and bool(lib.sd_x8_native() and lib.sd_x8_supported(self.ggml_type))
 
-    def release_pages(self) -> None:
-        """Hand the mapped file's pages under this matrix back to the OS (a copy took its place;
-        a later read of them, e.g. an embedding lookup, faults them in again from the page cache)."""
-        release_pages(self.data)
-
-    def repack(self, nthreads: int = 1) -> "GGUFMatrix":
+    def repack(self, nthreads: int = 1, release: bool = False) -> "GGUFMatrix":
         """The same matrix in the interleaved layout (8 rows side by side, kernels/sdcpu.h), a
-        new array in memory; self where interleavable() says no (the file's rows stay)."""
+        new array in memory; self where interleavable() says no (the file's rows stay).
+        release: hand the mapped file's pages under each slice back to the OS as soon as its
+        copy is made (a later read of them, e.g. an embedding lookup, faults them in again
+        from the page cache): resident memory grows by a slice at a time, not by a matrix."""
         if not self.interleavable():
             return self
         out = np.empty((self.rows, self.row_bytes), np.uint8)
-        rc = kernel().lib.sd_repack(self.ggml_type, self.pointer(), self.row_bytes, self.rows, self.cols, out.ctypes.data,
-                                    X8, nthreads)
-        if rc:
-            raise RuntimeError(f"CPU kernel could not repack a {self.rows}x{self.cols} matrix of type {self.ggml_type} (code {rc})")
+        step = max(8, (_SLICE_BYTES // self.row_bytes) // 8 * 8)
+        for r0 in range(0, self.rows, step):
+            r1 = min(self.rows, r0 + step)
+            rc = kernel().lib.sd_repack(self.ggml_type, ptr(self.data[r0:r1]), self.row_bytes, r1 - r0, self.cols,
+                                        ptr(out[r0:r1]), X8, nthreads)
+            if rc:
+                raise RuntimeError(f"CPU kernel could not repack a {self.rows}x{self.cols} matrix of type "
+                                   f"{self.ggml_type} (code {rc})")
+            if release:
+                release_pages(self.data[r0:r1])
+        if release:
+            release_pages(self.data)  # the pages the slices' edges shared
         return GGUFMatrix(out, self.ggml_type, self.rows, self.cols, self.row_map, X8)
+
+    def release_pages(self) -> None:
+        """Hand the mapped file's pages under this matrix back to the OS (see repack)."""
+        release_pages(self.data)
+
+
+_SLICE_BYTES = 16 << 20  # what repack copies before it releases the file's pages under it
 
 
 def release_pages(data: np.ndarray) -> None:

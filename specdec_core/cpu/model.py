@@ -21,8 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType
 
-from .linear import ROWS, X8, GGUFEmbedding, GGUFLinear, GGUFMatrix
+from .abi import ptr
+from .linear import ROWS, X8, GGUFEmbedding, GGUFLinear, GGUFMatrix, release_pages
 from .reader import F16, F32, GGUFError, GGUFFile
 
 # llama.cpp ends generation on these too, whatever eos id the file names (llama-vocab.cpp)
@@ -244,8 +246,8 @@ def _float_param(f: GGUFFile, processor, from_hf: dict, hf_param: str, report: B
 
 # ---------------------------------------------------------------- drafts: fewer bytes per token
 
-Q4_0 = 2
-_KEEP_FOR_DRAFT = (Q4_0, 12)  # Q4_0 and Q4_K: already 4-bit
+Q4_0 = int(GGMLQuantizationType.Q4_0)
+_KEEP_FOR_DRAFT = (Q4_0, int(GGMLQuantizationType.Q4_K))  # already 4-bit
 
 
 def requantize_for_draft(model, f: GGUFFile) -> tuple[int, int, int]:
@@ -268,12 +270,16 @@ def requantize_for_draft(model, f: GGUFFile) -> tuple[int, int, int]:
             continue
         layout = X8 if (not m.rows % 8 and lib.sd_x8_native()) else ROWS
         out = np.empty((m.rows, m.cols // 32 * 18), np.uint8)
-        rc = lib.sd_requantize_q4_0(m.ggml_type, m.pointer(), m.row_bytes, m.rows, m.cols, out.ctypes.data, layout,
-                                    torch.get_num_threads())
-        if rc:
-            raise RuntimeError(f"CPU kernel could not requantize a matrix of type {m.ggml_type} (code {rc})")
+        step = max(256, (16 << 20) // m.row_bytes // 256 * 256)  # slices of ~16 MiB: whole groups of 8 rows
+        for r0 in range(0, m.rows, step):  # the file's pages under each slice handed back once it is copied
+            r1 = min(m.rows, r0 + step)
+            rc = lib.sd_requantize_q4_0(m.ggml_type, ptr(m.data[r0:r1]), m.row_bytes, r1 - r0, m.cols, ptr(out[r0:r1]),
+                                        layout, torch.get_num_threads())
+            if rc:
+                raise RuntimeError(f"CPU kernel could not requantize a matrix of type {m.ggml_type} (code {rc})")
+            release_pages(m.data[r0:r1])
         count, before, after = count + 1, before + m.nbytes, after + out.nbytes
-        m.release_pages()  # the file's pages under it: no longer ours
+        m.release_pages()  # and the pages the slices' edges shared
         m.data, m.ggml_type, m.row_bytes, m.layout = out, Q4_0, out.shape[1], layout
         seen.add(id(m))
     return count, before, after

@@ -50,7 +50,7 @@ def _old_library(src: Path, variant) -> ctypes.CDLL:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from . import build, lean as lean_mod, model as cpu_model
+    from . import abi, build, lean as lean_mod, model as cpu_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--role", default="target", choices=("target", "draft"))
@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     loaded = cpu_model.load(_embedded_path(args.role), None)
     runs = []  # (label, lib, struct address)
     if args.before is not None:
-        plain = lean_mod.LeanForward(loaded.model, repack=False) if "repack" in lean_mod.LeanForward.__init__.__code__.co_varnames \
-            else lean_mod.LeanForward(loaded.model)
+        plain = lean_mod.LeanForward(loaded.model, repack=False)
         for name in args.kernels.split(","):
             runs.append((f"before {name}", _old_library(args.before, build.BY_NAME[name]), plain))
     if args.role == "draft":
@@ -79,14 +78,20 @@ def main(argv: list[str] | None = None) -> None:
 
     ids = [(7919 * i + 13) % 150_000 for i in range(args.context + max(sizes))]
     times: dict[tuple[str, int], list[float]] = {}
+    def forward(lib, lf, cache, idv, n, start, logits, keep):
+        if isinstance(lib, ctypes.CDLL):  # an older kernel, opened through ctypes
+            return lib.sd_forward(abi.address(lf._struct), cache.keys.data_ptr(), cache.values.data_ptr(), cache.capacity,
+                                  idv.ctypes.data, n, start, logits.data_ptr(), keep, args.threads)
+        return lib.sd_forward(lf._struct, abi.ptr(cache.keys), abi.ptr(cache.values), cache.capacity, abi.ptr(idv), n,
+                              start, abi.ptr(logits), keep, args.threads)
+
     for label, lib, lf in runs:
         cache = lf.new_cache()
         cache.reserve(args.context + max(sizes) + 1, keep=0)
         lf._bench = (lib, cache)
         prefill = torch.empty(1, lf.vocab)
         idv = np.asarray(ids[: args.context], np.int32)
-        rc = lib.sd_forward(ctypes.addressof(lf._struct), cache.keys.data_ptr(), cache.values.data_ptr(), cache.capacity,
-                            idv.ctypes.data, args.context, 0, prefill.data_ptr(), 1, args.threads)
+        rc = forward(lib, lf, cache, idv, args.context, 0, prefill, 1)
         assert rc == 0, rc
     for rep in range(args.repeats + 1):
         for n in sizes:
@@ -95,8 +100,7 @@ def main(argv: list[str] | None = None) -> None:
                 cache = lf._bench[1]
                 logits = torch.empty(n, lf.vocab)
                 t0 = time.perf_counter()
-                rc = lib.sd_forward(ctypes.addressof(lf._struct), cache.keys.data_ptr(), cache.values.data_ptr(),
-                                    cache.capacity, idv.ctypes.data, n, args.context, logits.data_ptr(), n, args.threads)
+                rc = forward(lib, lf, cache, idv, n, args.context, logits, n)
                 dt = time.perf_counter() - t0
                 assert rc == 0, rc
                 if rep:  # the first round warms caches and pages

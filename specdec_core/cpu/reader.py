@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -26,7 +27,7 @@ DEFAULT_ALIGNMENT = 32
 _FIXED = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 
-F32, F16, BF16 = 0, 1, 30
+F32, F16, BF16 = (int(GGMLQuantizationType[n]) for n in ("F32", "F16", "BF16"))
 
 
 class GGUFError(ValueError):

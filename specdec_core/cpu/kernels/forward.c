@@ -200,7 +200,7 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
   const int64_t hq = H * hd, hkv = (int64_t)m->n_kv_heads * hd;
   for (int64_t t = 0; t < T; t++) {
     const int64_t id = ids[t];
-    if (id < 0 || id >= m->tok_embd.rows) return 4;
+    if (id < 0 || id >= m->tok_embd.rows) return SD_ETOKEN;
     sd_dequantize_row(m->tok_embd.type, (const uint8_t*)m->tok_embd.data + id * m->tok_embd.row_bytes, D, w->x + t * D);
   }
   const int64_t half = hd / 2;
@@ -280,7 +280,7 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
 
 SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capacity, const int32_t* ids, int64_t T,
                          int64_t start, float* logits, int64_t n_logits, int nthreads) {
-  if (T < 1 || n_logits < 0 || n_logits > T || start + T > capacity) return 1;
+  if (T < 1 || n_logits < 0 || n_logits > T || start + T > capacity) return SD_ESHAPE;
   if (nthreads < 1) nthreads = 1;
   const int64_t C = T < CHUNK ? T : CHUNK;
   const int64_t D = m->d_model, F = m->d_ff, hd = m->head_dim;
@@ -310,7 +310,7 @@ SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capaci
   w.scores = (float*)xmalloc(sizeof(float) * (size_t)nthreads * (start + T), &fail);
   w.cs = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
   w.sn = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
-  int rc = fail ? 3 : 0;
+  int rc = fail ? SD_ENOMEM : SD_OK;
   for (int64_t c0 = 0; c0 < T && rc == 0; c0 += C) {
     const int64_t n = T - c0 < C ? T - c0 : C;
     rc = chunk(m, kc, vc, capacity, ids + c0, n, start + c0, &w, start + T - n_logits, logits, nthreads);

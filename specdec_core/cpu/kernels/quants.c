@@ -248,6 +248,20 @@ int sd_act_blk(int type) { return traits(type) ? traits(type)->act_blk : 0; }
 int sd_x8_type(int type) { return traits(type) ? traits(type)->x8 : 0; }
 SD_EXPORT int sd_type_supported(int type) { return traits(type) != NULL; }
 SD_EXPORT int sd_x8_supported(int type) { return sd_x8_type(type); }
+
+SD_EXPORT int sd_abi_layout(int64_t* out, int n) {
+#define L(x) (int64_t)(x)
+  const int64_t v[] = {
+      L(sizeof(sd_mat)), L(offsetof(sd_mat, row_bytes)), L(offsetof(sd_mat, type)), L(offsetof(sd_mat, layout)),
+      L(sizeof(sd_layer)), L(offsetof(sd_layer, wq)), L(offsetof(sd_layer, wdown)), L(offsetof(sd_layer, bq)),
+      L(offsetof(sd_layer, k_norm)),
+      L(sizeof(sd_model)), L(offsetof(sd_model, rms_eps)), L(offsetof(sd_model, inv_freq)), L(offsetof(sd_model, tok_embd)),
+      L(offsetof(sd_model, output)), L(offsetof(sd_model, output_norm)), L(offsetof(sd_model, layers))};
+#undef L
+  const int k = (int)(sizeof v / sizeof v[0]);
+  for (int i = 0; i < n && i < k; i++) out[i] = v[i];
+  return k;
+}
 /* 1 where this build multiplies x8 matrices with kernels of their own; 0 where it unpacks each
    row for the row kernel (right, but slower than the file's rows: the loader keeps those) */
 SD_EXPORT int sd_x8_native(void) {
@@ -608,9 +622,9 @@ static void x8_row(const sd_mat* w, int64_t n, uint8_t* row) {
 /* rows -> x8 (layout SD_LAYOUT_X8) or x8 -> rows (SD_LAYOUT_ROWS: src is x8), groups across threads */
 SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out, int layout,
                         int nthreads) {
-  if (!sd_x8_type(type)) return 1;
+  if (!sd_x8_type(type)) return SD_EUNSUPPORTED;
   const int bb = sd_blk_bytes(type), e = sd_blk_elems(type);
-  if (rows % 8 || K % e || row_bytes != K / e * bb) return 2;
+  if (rows % 8 || K % e || row_bytes != K / e * bb) return SD_ESHAPE;
   const int64_t nb = K / e, groups = rows / 8;
   const int to_x8 = layout == SD_LAYOUT_X8;
 #pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : 1)
@@ -701,9 +715,9 @@ int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const fl
 SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
                         int layout, const int32_t* rowmap, float* y, int64_t ldy, int nthreads) {
   const int e = sd_blk_elems(type);
-  if (!e) return 1;
-  if (K % e || K % 16) return 2;
-  if (layout == SD_LAYOUT_X8 && (!sd_x8_type(type) || N % 8 || rowmap)) return 2;
+  if (!e) return SD_EUNSUPPORTED;
+  if (K % e || K % 16) return SD_ESHAPE;
+  if (layout == SD_LAYOUT_X8 && (!sd_x8_type(type) || N % 8 || rowmap)) return SD_ESHAPE;
   const int blk = sd_act_blk(type);
   sd_act a = {NULL, NULL, NULL, K, blk};
   if (blk) {
@@ -746,9 +760,9 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
 
 SD_EXPORT int sd_dequantize(int type, const void* data, int64_t row_bytes, int layout, const int32_t* rows, int64_t n,
                             int64_t K, float* out) {
-  if (!sd_type_supported(type)) return 1;
+  if (!sd_type_supported(type)) return SD_EUNSUPPORTED;
   if (layout == SD_LAYOUT_X8) {
-    if (!sd_x8_type(type)) return 1;
+    if (!sd_x8_type(type)) return SD_EUNSUPPORTED;
     uint8_t* row = (uint8_t*)sd_alloc((size_t)row_bytes);
     if (!row) return SD_ENOMEM;
     const sd_mat w = {data, row_bytes, type, 0, (int32_t)K, layout};
@@ -807,8 +821,8 @@ static void quantize_q4_0(const float* x, int64_t rows, int64_t K, void* out) {
    the file's row layout or straight into the interleaved one (layout; rows a multiple of 8) */
 SD_EXPORT int sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
                                  int layout, int nthreads) {
-  if (!sd_type_supported(type) || K % QK) return 1;
-  if (layout == SD_LAYOUT_X8 && rows % 8) return 2;
+  if (!sd_type_supported(type)) return SD_EUNSUPPORTED;
+  if (K % QK || (layout == SD_LAYOUT_X8 && rows % 8)) return SD_ESHAPE;
   const int64_t chunk = 256, nchunks = (rows + chunk - 1) / chunk, out_bytes = K / QK * (int64_t)sizeof(blk_q4_0);
   int fail = 0;
 #pragma omp parallel num_threads(nthreads > 0 ? nthreads : 1)

@@ -1,5 +1,6 @@
 /* The CPU backend's C side: GGUF block formats, 8-bit activations, integer dot products and
-   the transformer forward of the families it covers (see ../README.md for the why).
+   the transformer forward of the families it covers (the why: the repository README's section
+   "The CPU backend", and docs/speed-notes.md, items 20-31 and the issue 21 section).
 
    One source, several builds: build.py compiles these files once per instruction set
    (portable C, AVX2, AVX-VNNI, AVX512-VNNI, NEON) and loads the best one this CPU runs.
@@ -34,25 +35,89 @@
 #define SD_ALIGN(n) __attribute__((aligned(n)))
 #endif
 
-/* ggml type ids (the GGUF tensor table's numbers) */
-enum {
+/* ================================================================== the ABI
+   Everything Python sees, declared here once: specdec_core/cpu/abi.py hands the text between
+   the two marker comments to cffi, which builds the structs and calls from it (so this block
+   stays plain C: no macro but SD_EXPORT, no preprocessor line). */
+/* ABI begin (read by specdec_core/cpu/abi.py) */
+
+/* ggml type ids, the GGUF tensor table's numbers (tests check them against gguf-py's) */
+typedef enum {
   SD_F32 = 0, SD_F16 = 1, SD_Q4_0 = 2, SD_Q4_1 = 3, SD_Q5_0 = 6, SD_Q5_1 = 7, SD_Q8_0 = 8,
   SD_Q4_K = 12, SD_Q5_K = 13, SD_Q6_K = 14, SD_BF16 = 30
-};
+} sd_type;
+
+/* how a matrix's blocks are laid out (see "interleaved weights" below) */
+typedef enum { SD_LAYOUT_ROWS = 0, SD_LAYOUT_X8 = 1 } sd_layout;
+
+/* what the int-returning entry points return */
+typedef enum { SD_OK = 0, SD_EUNSUPPORTED = 1, SD_ESHAPE = 2, SD_ENOMEM = 3, SD_ETOKEN = 4 } sd_status;
 
 /* cpu feature bits (sd_cpu_features) */
-enum {
+typedef enum {
   SD_CPU_AVX2 = 1 << 0, SD_CPU_FMA = 1 << 1, SD_CPU_F16C = 1 << 2, SD_CPU_AVX512F = 1 << 3,
   SD_CPU_AVX512BW = 1 << 4, SD_CPU_AVX512VL = 1 << 5, SD_CPU_AVX512VNNI = 1 << 6,
   SD_CPU_AVXVNNI = 1 << 7, SD_CPU_NEON = 1 << 8, SD_CPU_DOTPROD = 1 << 9
-};
+} sd_cpu_feature;
+
+/* a weight matrix: N rows of K, each row whole blocks, in the file's rows or interleaved */
+typedef struct {
+  const void* data;
+  int64_t row_bytes; /* a row's bytes in the file's layout (x8: a group's blocks take 8 of these) */
+  int32_t type, rows, cols, layout;
+} sd_mat;
+
+/* one transformer block of the llama family (llama, mistral, qwen2, qwen3) */
+typedef struct {
+  const float *attn_norm, *ffn_norm;
+  sd_mat wq, wk, wv, wo, wgate, wup, wdown;
+  const float *bq, *bk, *bv; /* NULL when absent */
+  const float *q_norm, *k_norm; /* per-head RMSNorm (qwen3), NULL when absent */
+} sd_layer;
+
+typedef struct {
+  int32_t n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab;
+  int32_t rope_neox; /* 1: rotate halves (qwen2's layout), 0: rotate pairs (llama's GGUF layout) */
+  float rms_eps, attn_scale;
+  const float* inv_freq; /* [head_dim/2] */
+  sd_mat tok_embd, output; /* output: `vocab` rows (all tokens, or the chosen ones: FR-Spec) */
+  const float* output_norm;
+  const sd_layer* layers;
+} sd_model;
+
+/* entry points (pointers: NULL where said; counts and strides in elements) */
+SD_EXPORT int sd_cpu_features(void); /* sd_cpu_feature bits of the CPU this runs on */
+SD_EXPORT int sd_type_supported(int type);
+SD_EXPORT int sd_x8_supported(int type); /* the interleaved layout exists for the type */
+SD_EXPORT int sd_x8_native(void);        /* this build has x8 kernels of its own (else it unpacks rows) */
+/* rows[i] (all rows in order where rows is NULL) of a matrix -> float32 out[n][K] */
+SD_EXPORT int sd_dequantize(int type, const void* data, int64_t row_bytes, int layout, const int32_t* rows, int64_t n,
+                            int64_t K, float* out);
+SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, int8_t* qs, float* d, int16_t* sums);
+/* y[m*ldy + n] = x[m] . row n (row rowmap[n] where rowmap is not NULL; not with x8) */
+SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
+                        int layout, const int32_t* rowmap, float* y, int64_t ldy, int nthreads);
+/* T tokens at positions start.. through the model; logits of the last n_logits rows */
+SD_EXPORT int sd_forward(const sd_model* m, float* kcache, float* vcache, int64_t capacity, const int32_t* ids,
+                         int64_t T, int64_t start, float* logits, int64_t n_logits, int nthreads);
+SD_EXPORT void sd_exp(float* x, int64_t n);
+/* rows -> Q4_0 (drafts only), written in `layout` */
+SD_EXPORT int sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
+                                 int layout, int nthreads);
+/* rows -> x8 (layout SD_LAYOUT_X8) or x8 -> rows (SD_LAYOUT_ROWS; src is then x8) */
+SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out, int layout,
+                        int nthreads);
+/* sizeof and offsetof of the structs above, as this compiler lays them out (for the tests) */
+SD_EXPORT int sd_abi_layout(int64_t* out, int n);
+
+/* ABI end */
+/* ================================================================== */
 
 /* -- block formats (byte layouts as llama.cpp's ggml-common.h; fp16 fields as raw bits) -- */
 #define QK 32   /* elements per block of the 32-element types */
 #define SD_ROW_CHUNK 32 /* output rows a thread takes at a time (dynamic schedule) */
 #define QKK 256 /* elements per super-block of the K-quants */
 #define SD_MB 64 /* activation rows a row kernel takes at a time (its accumulators live on the stack) */
-#define SD_ENOMEM 3 /* what an entry point returns when an allocation failed */
 
 typedef struct { uint16_t d; uint8_t qs[16]; } blk_q4_0;                     /* w = d*(q-8)  */
 typedef struct { uint16_t d, m; uint8_t qs[16]; } blk_q4_1;                  /* w = d*q + m  */
@@ -80,8 +145,7 @@ typedef struct {
    rows x 4 codes and every output row has its own 32-bit lane (no horizontal sums). Group g's
    block b lies at (g * nb + b) * sizeof(x8 block), the same bytes as the rows it came from.
    Repacked in memory at load (sd_repack) for the types below; other types, and matrices whose
-   row count is not a multiple of 8, keep the file's rows. -- */
-enum { SD_LAYOUT_ROWS = 0, SD_LAYOUT_X8 = 1 };
+   row count is not a multiple of 8, keep the file's rows (sd_layout in the ABI block). -- */
 
 typedef struct { uint16_t d[8], dmin[8]; uint8_t scales[96]; uint8_t qs[1024]; } x8_q4_K;
 /* qs[(c*8 + k)*32 + 4r + i] = row r's qs[32c + 4k + i]; scales: see quants.c's x8 repack */
@@ -92,31 +156,6 @@ typedef struct { uint16_t d[8]; uint8_t qs[128]; } x8_q4_0;       /* qs[k*32 + 4
 typedef struct { uint16_t d[8]; uint8_t qh[32]; uint8_t qs[128]; } x8_q5_0;
 /* qs as x8_q4_0; qh[4r + i] bit c = row r's high bit of element 4c + i (c = 0..7) */
 typedef struct { uint16_t d[8]; int8_t qs[256]; } x8_q8_0;       /* qs[c*32 + 4r + i] = row r's qs[4c + i] */
-
-/* -- a weight matrix: N rows of K, each row whole blocks, in the file's rows or interleaved -- */
-typedef struct {
-  const void* data;
-  int64_t row_bytes; /* a row's bytes in the file's layout (x8: a group's blocks take 8 of these) */
-  int32_t type, rows, cols, layout;
-} sd_mat;
-
-/* one transformer block of the llama family (llama, mistral, qwen2, qwen3) */
-typedef struct {
-  const float *attn_norm, *ffn_norm;
-  sd_mat wq, wk, wv, wo, wgate, wup, wdown;
-  const float *bq, *bk, *bv; /* NULL when absent */
-  const float *q_norm, *k_norm; /* per-head RMSNorm (qwen3), NULL when absent */
-} sd_layer;
-
-typedef struct {
-  int32_t n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab;
-  int32_t rope_neox; /* 1: rotate halves (qwen2's layout), 0: rotate pairs (llama's GGUF layout) */
-  float rms_eps, attn_scale;
-  const float* inv_freq; /* [head_dim/2] */
-  sd_mat tok_embd, output;
-  const float* output_norm;
-  const sd_layer* layers;
-} sd_model;
 
 /* -- quants.c -- */
 void* sd_alloc(size_t n); /* 64-byte aligned (activation rows: no load splits a cache line); NULL on failure */
@@ -135,23 +174,5 @@ int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const fl
 float sd_tree8_dot(const float* a, const float* b, int64_t n);
 float sd_tree8_sumsq(const float* a, int64_t n);
 void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in every build */
-
-/* exported entry points */
-SD_EXPORT int sd_cpu_features(void);
-SD_EXPORT int sd_type_supported(int type);
-SD_EXPORT int sd_x8_supported(int type); /* the interleaved layout exists for the type */
-SD_EXPORT int sd_x8_native(void);         /* this build has x8 kernels of its own */
-SD_EXPORT int sd_dequantize(int type, const void* data, int64_t row_bytes, int layout, const int32_t* rows, int64_t n,
-                            int64_t K, float* out);
-SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, int8_t* qs, float* d, int16_t* sums);
-SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
-                        int layout, const int32_t* rowmap, float* y, int64_t ldy, int nthreads);
-SD_EXPORT int sd_forward(const sd_model* m, float* kcache, float* vcache, int64_t capacity, const int32_t* ids,
-                         int64_t T, int64_t start, float* logits, int64_t n_logits, int nthreads);
-SD_EXPORT void sd_exp(float* x, int64_t n);
-SD_EXPORT int sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
-                                 int layout, int nthreads);
-SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out, int layout,
-                        int nthreads);
 
 #endif
