@@ -104,6 +104,22 @@ def test_the_cache_grows_past_its_first_capacity(tok, k_model):
     assert torch.equal(out[-1], lean(ids, 0, lean.new_cache(), 1))
 
 
+def test_a_head_of_chosen_tokens_gives_their_logits_bit_for_bit(tok, k_model):
+    """FR-Spec's head: LeanForward(head_rows=ids) returns logits over those ids only, each
+    equal to the full head's logit for that id (16 ids: interleaved; 13: the file's rows)."""
+    full = lean_mod.LeanForward(k_model.model)
+    ids = _ids(tok, 12)
+    ref = full(ids, 0, full.new_cache(), 12)
+    for rows in (np.array([0, 3, 5, 8, 9, 10, 17, 33, 40, 41, 50, 55, 57, 58, 59, 60]), np.arange(2, 60, 9)[:13]):
+        part = lean_mod.LeanForward(k_model.model, head_rows=rows)
+        got = part(ids, 0, part.new_cache(), 12)
+        assert got.shape == (12, len(rows)) and part.vocab == len(rows)
+        assert torch.equal(got, ref[:, torch.from_numpy(rows).long()])
+    for bad in ([], [3, 2], [1, 1], [-1, 4], [0, len(tok)], [[1, 2]]):
+        with pytest.raises(ValueError, match="head_rows"):
+            lean_mod.LeanForward(k_model.model, head_rows=np.array(bad, dtype=np.int64))
+
+
 def test_ids_outside_the_vocabulary_are_refused(tok, k_model):
     lean = lean_mod.LeanForward(k_model.model)
     with pytest.raises(ValueError, match="outside the vocabulary"):
