@@ -354,6 +354,161 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   }
 }
 
+/* ---------------------------------------------------------------- one activation row (K-quants)
+   A one-row pass reads each block once and is memory-bound: codes go straight from the block
+   into the products, one group (ymm) at a time in every build, no scratch written and read. */
+
+#if X_DP && SD_VNNI == 2 && !defined(SD_SIMDE_VNNI)
+#define y_dpbusd _mm256_dpbusd_avx_epi32
+#define y_dpwssd _mm256_dpwssd_avx_epi32
+#else
+#define y_dpbusd _mm256_dpbusd_epi32
+#define y_dpwssd _mm256_dpwssd_epi32
+#endif
+
+SD_INLINE __m256i y_bcast4(const int8_t* p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+/* acc + the products of codes c and activation codes x: int16 sums (AVX2) or int32 (VNNI) */
+SD_INLINE __m256i y_acc(__m256i acc, __m256i c, __m256i x) {
+#if X_DP
+  return y_dpbusd(acc, c, x);
+#else
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(c, x));
+#endif
+}
+
+/* S1 + t times the 8 rows' scales at p (8 bytes, unsigned or signed) */
+SD_INLINE __m256i y_scale(__m256i S1, __m256i t, const uint8_t* p, int is_signed) {
+  const __m128i b = _mm_loadl_epi64((const __m128i*)p);
+  const __m256i v = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+#if X_DP
+  return _mm256_add_epi32(S1, _mm256_mullo_epi32(t, v));
+#else
+  return _mm256_add_epi32(S1, _mm256_madd_epi16(t, _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA)));
+#endif
+}
+
+/* S2 + w . (the activation's sums 2p, 2p+1), w: int16 pairs */
+SD_INLINE __m256i y_sums(__m256i S2, __m256i w, const int16_t* bs) {
+  int32_t v;
+  memcpy(&v, bs, 4);
+#if X_DP
+  return y_dpwssd(S2, w, _mm256_set1_epi32(v));
+#else
+  return _mm256_add_epi32(S2, _mm256_madd_epi16(w, _mm256_set1_epi32(v)));
+#endif
+}
+
+/* the 8 rows' code chunk for elements e..e+3 of super-block blk (chunk index e / 4) */
+SD_INLINE __m256i kx8_chunk(const int TYPE, const uint8_t* blk, int e) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  if (TYPE == SD_Q4_K) { /* sub-block j = e / 32: the low (j even) or high nibbles of chunk (j / 2, k) */
+    const int j = e / 32, k = (e % 32) / 4;
+    const __m256i raw = _mm256_loadu_si256((const __m256i*)(((const x8_q4_K*)blk)->qs + ((j / 2) * 8 + k) * 32));
+    return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+  }
+  const x8_q6_K* q = (const x8_q6_K*)blk; /* element 128h + 32p + 4k: quarter p of half h */
+  const int h = e / 128, p = (e % 128) / 32, k = (e % 32) / 4;
+  const __m256i a = _mm256_loadu_si256((const __m256i*)(q->ql + ((2 * h + (p & 1)) * 8 + k) * 32));
+  const __m256i hb = _mm256_loadu_si256((const __m256i*)(q->qh + (h * 8 + k) * 32));
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+  const __m256i lo = _mm256_and_si256(p < 2 ? a : _mm256_srli_epi16(a, 4), m4);
+  const __m256i top = p == 0 ? _mm256_slli_epi16(hb, 4) : p == 1 ? _mm256_slli_epi16(hb, 2) : p == 2 ? hb : _mm256_srli_epi16(hb, 2);
+  return _mm256_or_si256(lo, _mm256_and_si256(top, m30));
+}
+
+/* R activation rows (1..4) against one super-block of a group, codes straight from the block
+   (no scratch): what passes of a few rows take. acc[r] += that super-block's float terms. */
+SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const int8_t* x, int64_t ldx, const int16_t* bs,
+                          int64_t ldb, const float* dx, int64_t ldd, __m256 acc[4]) {
+  __m256i S1[4], S2[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) S1[r] = S2[r] = _mm256_setzero_si256();
+  const uint8_t* scales = TYPE == SD_Q4_K ? NULL : (const uint8_t*)((const x8_q6_K*)blk)->scales;
+  SD_ALIGN(32) uint8_t sc[64], mn[64]; /* Q4_K: [j][row], see kx8_decode */
+  if (TYPE == SD_Q4_K) {
+    const x8_q4_K* q = (const x8_q4_K*)blk;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i*)q->scales);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i*)(q->scales + 32));
+    const __m256i hb = _mm256_loadu_si256((const __m256i*)(q->scales + 64));
+    _mm256_store_si256((__m256i*)sc, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
+    _mm256_store_si256((__m256i*)(sc + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, m30)));
+    _mm256_store_si256((__m256i*)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                     _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
+    _mm256_store_si256((__m256i*)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+    scales = sc;
+  }
+  /* a scale unit: 32 elements (Q4_K) or 16 (Q6_K); AVX2's int16 sums run over 8 or 2 chunks */
+  const int units = TYPE == SD_Q4_K ? 8 : 16, per = TYPE == SD_Q4_K ? 8 : 4;
+#if X_DP
+  const int run = per;
+#else
+  const int run = TYPE == SD_Q4_K ? 8 : 2;
+#endif
+#pragma GCC unroll 16
+  for (int u = 0; u < units; u++)
+#pragma GCC unroll 4
+    for (int c0 = 0; c0 < per; c0 += run) {
+      __m256i t[4];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) t[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int c = c0; c < c0 + run; c++) {
+        const int e = 4 * (u * per + c);
+        const __m256i code = kx8_chunk(TYPE, blk, e);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+          t[r] = y_acc(t[r], code, y_bcast4(x + r * ldx + e));
+          SD_KEEP(t[r]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; r++) S1[r] = y_scale(S1[r], t[r], scales + 8 * u, TYPE == SD_Q6_K);
+    }
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; p++) {
+    __m256i wv;
+    if (TYPE == SD_Q4_K) {
+      const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 8 * p)));
+      wv = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+    } else {
+      const __m128i t = _mm_loadu_si128((const __m128i*)(scales + 16 * p));
+      wv = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(t, _mm_srli_si128(t, 8)));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) S2[r] = y_sums(S2[r], wv, bs + r * ldb + 2 * p);
+  }
+  const __m256 d = h8(TYPE == SD_Q4_K ? ((const x8_q4_K*)blk)->d : ((const x8_q6_K*)blk)->d);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) {
+    const __m256 dxv = _mm256_set1_ps(dx[r * ldd]);
+    if (TYPE == SD_Q6_K) {
+      acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(_mm256_sub_epi32(S1[r], _mm256_slli_epi32(S2[r], 5)))));
+    } else {
+      acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(d, dxv), _mm256_cvtepi32_ps(S1[r])));
+      acc[r] = _mm256_sub_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(h8(((const x8_q4_K*)blk)->dmin), dxv), _mm256_cvtepi32_ps(S2[r])));
+    }
+  }
+}
+
+SD_INLINE void kx8_direct_group(const int TYPE, const int R, const sd_mat* w, const sd_act* a, int64_t g, float* y,
+                                int64_t ldy) {
+  const int64_t K = w->cols, nb = K / QKK, ns = K / 16;
+  const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
+  const uint8_t* base = (const uint8_t*)w->data + g * nb * xb;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < nb; b++)
+    kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, a->sums + b * 16, ns, a->d + b, nb, acc);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; r++) _mm256_storeu_ps(y + r * ldy + 8 * g, acc[r]);
+}
+
 /* ---------------------------------------------------------------- 32-element blocks (Q4_0, Q5_0, Q8_0)
    A block of every group in a unit is decoded into registers (8 chunks), then each activation
    row takes its products; block b's float term goes to lane b mod 8, combined by tree8 at the end. */
@@ -477,6 +632,19 @@ SD_INLINE xvf xf_tree8(const float* l) {
 static int mm_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   SD_ALIGN(64) float acc[SD_MB * 64 * XG];
   const int type = w->type, blk = sd_act_blk(type);
+  if (M <= 4 && blk == QKK) { /* a few rows: codes straight from the blocks */
+    for (int64_t g = n0 / 8; g < n1 / 8; g++) {
+#define KD(R) if (type == SD_Q4_K) kx8_direct_group(SD_Q4_K, R, w, a, g, y, ldy); else kx8_direct_group(SD_Q6_K, R, w, a, g, y, ldy)
+      switch (M) {
+        case 1: KD(1); break;
+        case 2: KD(2); break;
+        case 3: KD(3); break;
+        default: KD(4); break;
+      }
+#undef KD
+    }
+    return 0;
+  }
   for (int64_t g = n0 / 8; g < n1 / 8; g += XG) {
     const int ng = n1 / 8 - g < XG ? (int)(n1 / 8 - g) : XG;
     switch (type) {
