@@ -21,6 +21,7 @@ from conftest import soften
 from gguf_blocks import GOLDEN_DIR, make_llama, sha, write_gguf
 from specdec_core.cpu import lean as lean_mod
 from specdec_core.cpu import model as cm
+from specdec_core.cpu.linear import ROWS, X8
 from tiny_models import make_model, make_tokenizer
 
 K_TYPES = {"attn_q": "Q4_K", "attn_k": "Q4_K", "attn_v": "Q6_K", "attn_output": "Q4_K", "ffn_gate": "Q4_K",
@@ -182,7 +183,16 @@ def test_lean_logits_equal_the_stored_numbers(tmp_path, tok):
     ids = _ids(tok, 33)
     got = {}
     for tag, path in _golden_models(tmp_path, tok).items():
-        lean = lean_mod.LeanForward(cm.load(path, None).model)
+        loaded = cm.load(path, None)
+        lean = lean_mod.LeanForward(loaded.model)
+        layouts = {n: m.matrix.layout for n, m in loaded.model.named_modules() if hasattr(m, "matrix")}
+        # every linear interleaved where the running kernel has x8 for its type and its rows are
+        # a multiple of 8; the embedding never (looked up, not multiplied); a 61-row head not
+        native = bool(lean_mod.kernel().lib.sd_x8_native())
+        assert layouts["model.embed_tokens"] == ROWS
+        assert layouts["lm_head"] == (X8 if native and tag == "k" else ROWS)
+        assert layouts["model.layers.0.mlp.up_proj"] == (X8 if native and tag == "k" else ROWS)  # Q4_1 has none
+        assert layouts["model.layers.0.self_attn.v_proj"] == (X8 if native else ROWS)
         cache = lean.new_cache()
         got[f"{tag}.inputs"] = np.array(sha(np.fromfile(path, np.uint8)))
         got[f"{tag}.prefill"] = lean(ids[:20], 0, cache, 20).numpy()

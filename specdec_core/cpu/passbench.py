@@ -7,7 +7,8 @@
 Loads an embedded model as Engine.load runs it (the draft requantized), reads `--context`
 tokens into a cache, then times passes of each size at that position (a verification: every
 row's logits kept), the kernels and sizes interleaved round-robin so that load from other
-programs falls on all alike; prints medians (ms) and each size as a multiple of one row.
+programs falls on all alike; prints medians and minima (ms), each size as a multiple of one
+row, and the machine's load average before and after.
 `--before SRC_DIR` adds the kernel built from an older checkout's kernels/ folder (e.g. `git
 archive main specdec_core/cpu/kernels | tar -x -C /tmp/old`), run on the file's own row-major
 blocks: before and after in one process.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import statistics
 import subprocess
 import tempfile
@@ -49,6 +51,21 @@ def _old_library(src: Path, variant) -> ctypes.CDLL:
     return lib
 
 
+def _wait_idle(limit: float) -> bool:
+    """Until no task but this one is runnable (True), or `limit` seconds (False)."""
+    end = time.perf_counter() + limit
+    while True:
+        try:
+            running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return False
+        if running <= 1:
+            return True
+        if time.perf_counter() > end:
+            return False
+        time.sleep(0.005)
+
+
 def main(argv: list[str] | None = None) -> None:
     from . import abi, build, lean as lean_mod, model as cpu_model
 
@@ -60,24 +77,34 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--before", type=Path, default=None, help="an older kernels/ folder to compare with")
+    ap.add_argument("--before-x8", action="store_true",
+                    help="run the older kernel on the interleaved matrices too (an older kernel that has them)")
+    ap.add_argument("--quiet", type=float, default=0.0, metavar="S",
+                    help="before each timed pass, wait up to S seconds for no other runnable task (Linux: "
+                         "/proc/loadavg), so that passes on a shared machine are taken when it is idle")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     sizes = [int(r) for r in args.rows.split(",")]
 
     loaded = cpu_model.load(_embedded_path(args.role), None)
-    runs = []  # (label, lib, struct address)
-    if args.before is not None:
+    runs = []  # (label, lib, lean forward)
+    if args.before is not None and not args.before_x8:
         plain = lean_mod.LeanForward(loaded.model, repack=False)
         for name in args.kernels.split(","):
             runs.append((f"before {name}", _old_library(args.before, build.BY_NAME[name]), plain))
     if args.role == "draft":
         cpu_model.requantize_for_draft(loaded.model, loaded.file)
     lean = lean_mod.LeanForward(loaded.model)
+    if args.before is not None and args.before_x8:
+        for name in args.kernels.split(","):
+            runs.append((f"before {name}", _old_library(args.before, build.BY_NAME[name]), lean))
     for name in args.kernels.split(","):
         runs.append((name, build.load_variant(build.BY_NAME[name]).lib, lean))
 
     ids = [(7919 * i + 13) % 150_000 for i in range(args.context + max(sizes))]
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     times: dict[tuple[str, int], list[float]] = {}
+    idle = waited = 0
     def forward(lib, lf, cache, idv, n, start, logits, keep):
         if isinstance(lib, ctypes.CDLL):  # an older kernel, opened through ctypes
             return lib.sd_forward(abi.address(lf._struct), cache.keys.data_ptr(), cache.values.data_ptr(), cache.capacity,
@@ -99,21 +126,28 @@ def main(argv: list[str] | None = None) -> None:
             for label, lib, lf in runs:
                 cache = lf._bench[1]
                 logits = torch.empty(n, lf.vocab)
+                if args.quiet:
+                    idle += _wait_idle(args.quiet)
+                    waited += 1
                 t0 = time.perf_counter()
                 rc = forward(lib, lf, cache, idv, n, args.context, logits, n)
                 dt = time.perf_counter() - t0
                 assert rc == 0, rc
                 if rep:  # the first round warms caches and pages
                     times.setdefault((label, n), []).append(dt * 1000)
-    print(f"{args.role}, {args.threads} threads, context {args.context}, median of {args.repeats} (ms; x one row)")
-    print("| build | " + " | ".join(f"{n} rows" for n in sizes) + " | per extra row |")
-    print("|---|" + "---|" * (len(sizes) + 1))
-    for label, _, _ in runs:
-        med = [statistics.median(times[(label, n)]) for n in sizes]
-        one = med[0]
-        cells = [f"{m:.1f} ({m / one:.2f}x)" for m in med]
-        slope = (med[-1] - one) / (sizes[-1] - sizes[0]) / one if len(sizes) > 1 else 0.0
-        print(f"| {label} | " + " | ".join(cells) + f" | {slope:.3f} |")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{args.role}, {args.threads} threads, context {args.context}, {args.repeats} rounds, load average "
+          f"{load_before:.2f} -> {load:.2f}" + (f", {idle} of {waited} passes started on an idle machine" if waited else ""))
+    for stat, f in (("median", statistics.median), ("min", min)):
+        print(f"\n{stat} (ms; x one row). per extra row: (t(9) - t(1)) / 8 / t(1)")
+        print("| build | " + " | ".join(f"{n} rows" for n in sizes) + " | per extra row |")
+        print("|---|" + "---|" * (len(sizes) + 1))
+        for label, _, _ in runs:
+            v = [f(times[(label, n)]) for n in sizes]
+            one = v[0]
+            cells = [f"{m:.1f} ({m / one:.2f}x)" for m in v]
+            slope = (v[sizes.index(9)] - one) / 8 / one if 9 in sizes and 1 in sizes else float("nan")
+            print(f"| {label} | " + " | ".join(cells) + f" | {slope:.3f} |")
 
 
 if __name__ == "__main__":

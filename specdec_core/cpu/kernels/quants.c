@@ -5,6 +5,12 @@
    the pass takes its integer dot product against it. So a verification of k+1 rows reads each
    weight from memory once, and the per-row work is integer multiply-adds.
 
+   The lean forward's matrices are interleaved at load (sdcpu.h, "x8"): 8 weight rows side by
+   side, each output row in its own SIMD lane, so an extra activation row costs a broadcast and
+   the multiply-adds of 32 codes of 8 rows per register, with int16 sums over a whole scale unit
+   (x8_x86.h, x8_neon.h). The numbers below do not depend on the layout: integer sums are
+   exact in any order, and each float step is taken lane by lane in the order given here.
+
    What a row's result is (every build, every pass size, every thread count):
    - K-quants (Q4_K, Q5_K, Q6_K), activations in blocks of 256 with scale dx:
        S1 = sum over groups g of 16: sc[g] * sum q*x,   S2 = sum over g: mn[g] * sum x   (int32)

@@ -114,6 +114,12 @@ SD_INLINE xvf xf_pair(__m256 lo, __m256 hi) { (void)hi; return lo; }
 #define X_KEEP(v) SD_KEEP(v)
 #endif
 
+/* the cache lines of n bytes at p, on their way to L1 (a pass of many rows is compute-bound
+   on each block: the next one's bytes arrive while this one's products run) */
+SD_INLINE void x_prefetch(const void* p, size_t n) {
+  for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T0);
+}
+
 /* 4 activation codes at p, in every lane (a broadcast load) */
 SD_INLINE xvi xv_bcast4(const int8_t* p) {
   int32_t v;
@@ -330,8 +336,11 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   SD_ALIGN(64) kx8 s;
   for (int64_t i = 0; i < M * 8 * XG; i++) acc[i] = 0.0f;
   for (int64_t b = 0; b < nb; b++) {
-    for (int gi = 0; gi < XG; gi++) /* a missing second group: the first again, its lanes unused */
-      kx8_decode(TYPE, (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb, &s, gi);
+    for (int gi = 0; gi < XG; gi++) { /* a missing second group: the first again, its lanes unused */
+      const uint8_t* blk = (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb;
+      x_prefetch(blk + xb, xb); /* the next block (past the group's last: the next group's first) */
+      kx8_decode(TYPE, blk, &s, gi);
+    }
     for (int64_t m0 = 0; m0 < M; m0 += X_ROWS) {
       xvi S1[8], S2[8];
       const int8_t* x = a->qs + m0 * K + b * QKK;
@@ -503,8 +512,10 @@ SD_INLINE void kx8_direct_group(const int TYPE, const int R, const sd_mat* w, co
   const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
   const uint8_t* base = (const uint8_t*)w->data + g * nb * xb;
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t b = 0; b < nb; b++)
+  for (int64_t b = 0; b < nb; b++) {
+    x_prefetch(base + (b + 2) * xb, xb); /* two blocks ahead: a block of a few rows takes less than a miss */
     kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, a->sums + b * 16, ns, a->d + b, nb, acc);
+  }
 #pragma GCC unroll 4
   for (int r = 0; r < R; r++) _mm256_storeu_ps(y + r * ldy + 8 * g, acc[r]);
 }
@@ -585,6 +596,7 @@ SD_INLINE void bx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
     __m256 dg[XG];
     for (int gi = 0; gi < XG; gi++) {
       const uint8_t* blk = (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb;
+      x_prefetch(blk + 4 * xb, xb); /* four blocks ahead: 144-272 bytes each */
       bx8_codes(TYPE, blk, cg[gi]);
       dg[gi] = h8((const uint16_t*)blk); /* d[8] leads every x8 block of these types */
     }
