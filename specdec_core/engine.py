@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .decoder import DecodeSettings, Decoder, Generation
-from .proposers import DraftModelProposer, PromptLookupProposer, Proposer
+from .proposers import DraftModelProposer, LookupDraftProposer, PromptLookupProposer, Proposer
 
 MODES = ("speculative", "standard")
-PROPOSERS = ("draft", "prompt-lookup")
+PROPOSERS = ("lookup+draft", "draft", "prompt-lookup")
 
 
 class EngineError(ValueError):
@@ -91,7 +91,8 @@ class Engine:
             raise EngineError("no draft model is loaded: pass --draft SPEC, or use --proposer prompt-lookup")
         # the target's logits width (config, not weight shape: 4-bit weights are packed)
         vocab = self.target.model.config.get_text_config().vocab_size
-        return DraftModelProposer(self.draft.model, vocab, lean=getattr(self.draft, "lean", None))
+        draft = DraftModelProposer(self.draft.model, vocab, lean=getattr(self.draft, "lean", None))
+        return LookupDraftProposer(draft) if name == "lookup+draft" else draft
 
     def proposer(self, name: str) -> Proposer:
         """The engine's own proposer of that kind, created once and reused across messages."""

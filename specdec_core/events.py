@@ -47,6 +47,8 @@ class TokenEvent:
                        chosen. A small margin marks a near-tie that reduced precision may flip.
     text            -- the text this token adds to the decoded output ("" while a multi-byte
                        character is still incomplete; it then arrives with a later token).
+    source          -- what proposed this token's step: "draft" (the draft model) or "lookup"
+                       (copied from the conversation); "" for a step that proposed nothing.
     """
 
     token_id: int
@@ -57,6 +59,7 @@ class TokenEvent:
     t: float
     margin: float | None = None
     draft_length: int = 0
+    source: str = ""
 
 
 class EventSequence:
@@ -105,6 +108,10 @@ class Stats:
     reused_prompt_tokens: int = 0  # prompt tokens whose KV entries an earlier turn left in the cache
     mode: str = "standard"
     proposer: str | None = None
+    # per source of proposals ("draft", "lookup"): speculative steps, tokens proposed, kept
+    steps_by_source: dict[str, int] = field(default_factory=dict)
+    proposed_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_second(self) -> float:

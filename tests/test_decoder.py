@@ -10,7 +10,7 @@ from transformers import GenerationConfig
 from specdec_core.decoder import ContextError, DecodeSettings, Decoder, sample_seed
 from specdec_core.events import Stats, TokenKind, first_divergence
 from specdec_core.lm import CachedLM
-from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
+from specdec_core.proposers import DraftModelProposer, DraftPlan, PromptLookupProposer
 from specdec_core.sampling import SamplingParams
 
 PROMPTS = [
@@ -120,8 +120,9 @@ def test_stats_add_up(tiny):
     # tau counts the speculative steps only: their tokens over their number
     assert s.speculative_step_tokens == 30 - s.plain_steps
     assert s.mean_accepted_per_step == pytest.approx((30 - s.plain_steps) / s.speculative_steps)
-    # the draft ran k passes per step (its prompt prefill is the first of them)
-    assert s.draft_forward_passes == s.draft_tokens
+    # the draft ran k passes per step, and one more for its read of the prompt (a pass of its
+    # own, before its first drafted token: what starting late costs is timed apart)
+    assert s.draft_forward_passes == s.draft_tokens + 1
     steps = [e.step for e in g.events]
     assert steps == sorted(steps)
     # each event knows its step's k: the first event of every step carries that step's k
@@ -315,7 +316,7 @@ def test_confidence_stop_shortens_drafts_and_keeps_exactness(tiny):
     for prompt in PROMPTS[:3]:
         ref = dec.generate(prompt, DecodeSettings(max_new_tokens=20)).run().token_ids
         prop.reset()
-        p = prop.propose(list(prompt), 8, SamplingParams(), torch.Generator(), min_confidence=1.01)
+        p = prop.propose(list(prompt), DraftPlan(draft=8, min_confidence=1.01), SamplingParams(), torch.Generator())
         assert len(p.tokens) == 1  # nothing is more than certain: stop after the first token
         spec = dec.generate(prompt, DecodeSettings(max_new_tokens=20, draft_tokens="adaptive"), prop).run()
         assert spec.token_ids == ref
@@ -336,7 +337,7 @@ def test_the_draft_stops_once_its_confidence_in_the_whole_run_falls_below_the_th
         return probs.log()[None]
 
     prop.lm.forward = fake_forward
-    got = prop.propose([1, 2, 3], 5, SamplingParams(), torch.Generator(), min_confidence=0.5)
+    got = prop.propose([1, 2, 3], DraftPlan(draft=5, min_confidence=0.5), SamplingParams(), torch.Generator())
     assert got.tokens == [5, 6, 7, 8]
 
 
@@ -347,19 +348,19 @@ def test_a_draft_catching_up_after_plain_steps_proposes_what_it_would_have_token
     # tokens); the proposal must be exactly what a draft fed every token as it came would make.
     prompt, backlog = PROMPTS[0], [7, 9, 11, 12, 5]
     caught_up = DraftModelProposer(tiny.draft, tiny.vocab)
-    caught_up.propose(prompt, 2, SamplingParams(), torch.Generator())
+    caught_up.propose(prompt, DraftPlan(draft=2), SamplingParams(), torch.Generator())
     caught_up.observe(prompt, 0)  # nothing kept: the cache holds the prompt less its last token
     steady = DraftModelProposer(tiny.draft, tiny.vocab)
-    steady.propose(prompt, 2, SamplingParams(), torch.Generator())
+    steady.propose(prompt, DraftPlan(draft=2), SamplingParams(), torch.Generator())
     steady.observe(prompt, 0)
     ids = list(prompt)
     for t in backlog:  # one token at a time: never more than two unread
         ids.append(t)
-        p = steady.propose(ids, 1, SamplingParams(), torch.Generator())
+        p = steady.propose(ids, DraftPlan(draft=1), SamplingParams(), torch.Generator())
         assert p.catchup_seconds == 0.0
         steady.observe(ids, 0)
-    a = caught_up.propose(ids, 3, SamplingParams(), torch.Generator())
-    b = steady.propose(ids, 3, SamplingParams(), torch.Generator())
+    a = caught_up.propose(ids, DraftPlan(draft=3), SamplingParams(), torch.Generator())
+    b = steady.propose(ids, DraftPlan(draft=3), SamplingParams(), torch.Generator())
     assert a.catchup_seconds > 0.0
     assert a.tokens == b.tokens
     torch.testing.assert_close(a.q_draft, b.q_draft, rtol=1e-5, atol=1e-6)
@@ -367,16 +368,18 @@ def test_a_draft_catching_up_after_plain_steps_proposes_what_it_would_have_token
 
 class _Scripted:
     """A draft-length policy that plays a fixed pattern: k drafted tokens, then plain steps."""
-    min_confidence = 0.0
 
     def __init__(self, pattern):
         self.pattern, self.i = pattern, 0
 
-    def next_k(self):
+    def plan(self, backlog=0, remaining=None):
         self.i += 1
-        return self.pattern[(self.i - 1) % len(self.pattern)]
+        return DraftPlan(draft=self.pattern[(self.i - 1) % len(self.pattern)])
 
-    def observe(self, *args):
+    def observe_prefill(self, rows, seconds):
+        pass
+
+    def observe(self, outcome):
         pass
 
 

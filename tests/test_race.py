@@ -85,10 +85,10 @@ class SlowProposer(PromptLookupProposer):
         self.delay = delay
         self.calls = 0
 
-    def propose(self, ids, k, params, rng, min_confidence=0.0):
+    def propose(self, ids, plan, params, rng):
         self.calls += 1
         time.sleep(self.delay)
-        return super().propose(ids, k, params, rng, min_confidence)
+        return super().propose(ids, plan, params, rng)
 
 
 def test_each_lane_clock_counts_only_its_own_steps(engine, prompt_ids):
