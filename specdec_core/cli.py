@@ -12,6 +12,7 @@ import sys
 import threading
 
 from . import __version__
+from .settings import DEFAULT_DRAFT_TOKENS, MODES, PROPOSERS, DecodeSettings, SamplingParams
 
 EXIT_BAD_INPUT = 2
 
@@ -100,7 +101,7 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0,
                    help="sampling seed; with a fixed --draft-tokens K it reproduces a sample exactly, with adaptive "
                         "k (which follows measured speed) the distribution is the same but a sample may differ")
-    p.add_argument("--draft-tokens", type=_draft_tokens, default="adaptive", metavar="K|adaptive",
+    p.add_argument("--draft-tokens", type=_draft_tokens, default=DEFAULT_DRAFT_TOKENS, metavar="K|adaptive",
                    help="tokens the draft proposes per verification, or adaptive (default: measured faster "
                         "than any fixed k on the built-in prompts)")
 
@@ -112,13 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate text (standard or speculative)")
     add_model_args(g)
-    g.add_argument("--mode", default="speculative", choices=["speculative", "standard"])
+    g.add_argument("--mode", default="speculative", choices=MODES)
     src = g.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="one user message, through the target's chat template")
     src.add_argument("--prompt-ids", type=_prompt_ids, help="raw token ids, no template: 1,2,3")
     add_sampling_args(g)
     g.add_argument("--samples", type=int_at_least("--samples"), default=1)
-    g.add_argument("--proposer", default="draft", choices=["draft", "prompt-lookup"])
+    g.add_argument("--proposer", default="draft", choices=PROPOSERS)
     g.add_argument("--json", action="store_true", help="one JSON object per line per sample")
 
     m = sub.add_parser("models", help="presets, what is cached, the default pair's status")
@@ -162,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _is_user_error(exc: Exception) -> bool:
-    from .engine import EngineError
-    from .sampling import SettingsError
+    from .contract import EngineError
+    from .settings import SettingsError
 
     kinds: tuple[type, ...] = (UsageError, SettingsError, EngineError)
     try:
@@ -200,51 +201,47 @@ def progress_printer():
     return progress
 
 
-def settings_from_args(args, seed: int):
-    from .decoder import DecodeSettings
-    from .sampling import SamplingParams
+def settings_from_args(args) -> DecodeSettings:
+    """The flags -> the one settings value (checked here, before anything loads). A command
+    without --mode or --proposer gets the defaults."""
+    return DecodeSettings(args.max_new_tokens, SamplingParams(args.temperature, args.top_k, args.top_p),
+                          args.draft_tokens, args.seed, mode=getattr(args, "mode", "speculative"),
+                          proposer=getattr(args, "proposer", "draft"))
 
-    sampling = SamplingParams(args.temperature, args.top_k, args.top_p)
-    return DecodeSettings(args.max_new_tokens, sampling, args.draft_tokens, seed)
 
-
-def load_engine(args, need_draft: bool):
+def open_from_args(args, need_draft: bool):
+    """--target/--draft/... -> an engine (engines.open_engine), with a progress display on a
+    terminal. A server target drafts with its own draft: --draft and --proposer are refused."""
+    from .engines import open_engine
     from .server import is_server_spec
 
-    if is_server_spec(args.target):
-        from .cli_server import connect_engine
+    server = is_server_spec(args.target)
+    if server and getattr(args, "draft", "default") not in (None, "", "default", "none"):
+        raise UsageError("--draft: a server target drafts with the server's own draft model (llama-server "
+                         "--model-draft, vLLM --speculative-config); drop --draft")
+    if server and getattr(args, "proposer", "draft") != "draft":
+        raise UsageError(f"--proposer {args.proposer}: a server target proposes with the server's own drafting; "
+                         "drop --proposer")
+    progress = None
+    if sys.stderr.isatty():
+        progress = server_progress if server else progress_printer()
+    return open_engine(args.target, args.draft if need_draft else None, device=args.device, dtype=args.dtype,
+                       quantization=args.quantization, trust_remote_code=args.trust_remote_code,
+                       api_key=args.api_key, timeout=args.timeout, progress=progress)
 
-        return connect_engine(args)
-    from transformers.utils import logging as hf_logging
 
-    from .engine import Engine
-
-    # our own progress bar speaks for loading; transformers' per-file bars and advice would
-    # break the one-line error promise and clutter the output
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-    engine = Engine.load(
-        args.target,
-        args.draft if need_draft else None,
-        device=args.device,
-        dtype=args.dtype,
-        quantization=args.quantization,
-        progress=progress_printer() if sys.stderr.isatty() else None,
-        trust_remote_code=args.trust_remote_code,
-    )
-    from .models import last_load
-
-    last_load.save(engine.target, engine.draft)  # what `specdec models` shows as the last load
-    return engine
+def server_progress(message: str, fraction: float | None) -> None:
+    """A server's connection steps, one line each."""
+    if fraction is None:
+        print(message, file=sys.stderr)
 
 
 def print_loaded(engine) -> None:
     """What was loaded, on stderr: one line per model, then its load notes (kernels, fallbacks)."""
-    for role, lm in (("target", engine.target), ("draft", engine.draft)):
-        if lm is not None:
-            print(f"{role}: {lm.info.summary()}", file=sys.stderr)
-            for note in getattr(lm.info, "notes", None) or []:
+    for role, info in (("target", engine.target_info), ("draft", engine.draft_info)):
+        if info is not None:
+            print(f"{role}: {info.summary()}", file=sys.stderr)
+            for note in info.notes:
                 print(f"  - {note}", file=sys.stderr)
 
 
@@ -253,23 +250,20 @@ KIND_COLOURS = {"accepted": "\x1b[32m", "corrected": "\x1b[33m", "bonus": "\x1b[
 
 
 def run_generate(args) -> int:
-    from .decoder import sample_seed
-
     if args.prompt is None and args.prompt_ids is None:
         raise UsageError("give --prompt TEXT or --prompt-ids 1,2,3")
-    settings_from_args(args, 0)  # validate sampling settings before loading anything
-    need_draft = args.mode == "speculative" and args.proposer == "draft"
-    engine = load_engine(args, need_draft)
+    settings = settings_from_args(args)  # checked before loading anything
+    engine = open_from_args(args, settings.needs_draft)
     print_loaded(engine)  # the notes include bitsandbytes' "slow on CPU" where it applies
-    from .models import recent
+    if engine.server_info() is None:  # a server holds no model here
+        from .models import recent
 
-    for role, spec, lm in (("target", args.target, engine.target), ("draft", args.draft, engine.draft)):
-        if lm is not None and not getattr(engine, "is_server", False):  # a server holds no local model
-            recent.remember(spec, role, vars(lm.info))  # `specdec models` shows what it loaded as
+        for role, spec, info in (("target", args.target, engine.target_info), ("draft", args.draft, engine.draft_info)):
+            if info is not None:
+                recent.remember(spec, role, vars(info))  # `specdec models` shows what it loaded as
     if args.prompt_ids is not None:
-        model = engine.target.model  # None for a server target: the server checks its own vocabulary
-        vocab = model.config.get_text_config().vocab_size if model is not None else float("inf")
-        bad = [i for i in args.prompt_ids if i >= vocab]
+        vocab = engine.vocab_size  # None for a server target: the server checks its own vocabulary
+        bad = [i for i in args.prompt_ids if vocab is not None and i >= vocab]
         if bad:
             raise UsageError(f"--prompt-ids: id {bad[0]} is outside the target's vocabulary (size {vocab})")
         prompt = args.prompt_ids
@@ -277,8 +271,7 @@ def run_generate(args) -> int:
         prompt = engine.encode_prompt(args.prompt)
     colour = sys.stdout.isatty() and not args.json
     for i in range(args.samples):
-        settings = settings_from_args(args, sample_seed(args.seed, i))
-        gen = engine.generate(prompt, settings, mode=args.mode, proposer=args.proposer, cancel=threading.Event())
+        gen = engine.generate(prompt, settings.for_sample(i), cancel=threading.Event())
         try:
             for ev in gen:
                 if not args.json:
@@ -295,8 +288,6 @@ def run_generate(args) -> int:
             s = gen.stats
             sys.stdout.write("\n")
             print(stats_line(s), file=sys.stderr)
-            from .cli_server import server_line
-
             if server_line(s):
                 print(server_line(s), file=sys.stderr)
     return 0
@@ -315,11 +306,23 @@ def stats_line(s) -> str:
     return line + f", stop: {s.stop_reason}"
 
 
+def server_line(stats) -> str:
+    """One line of what the server reported about an answer (empty for a local model)."""
+    from .server.generation import figure_notes
+
+    server = getattr(stats, "server", None)  # ServerStats only
+    if not server:
+        return ""
+    bits = [f"server: {server.get('engine', '?')} at {server.get('url', '?')}"]
+    bits += figure_notes(server, stats.draft_tokens, stats.accepted_draft_tokens)
+    return ", ".join(bits)
+
+
 def _keep_cut_answer(gen, as_json: bool) -> None:
     """Before the one-line error: the part of the answer that arrived, marked as cut (text
     mode already printed it; --json prints its object with "cut": true)."""
-    stats = getattr(gen, "stats", None)
-    if not getattr(gen, "events", None) or stats is None:
+    stats = gen.stats
+    if not gen.events or stats is None:
         return
     if as_json:
         print(json.dumps({"token_ids": gen.token_ids, "kinds": gen.kinds, "text": gen.text,

@@ -8,6 +8,7 @@ import sys
 
 def add_race_parser(subparsers) -> None:
     from .cli import add_model_args, add_sampling_args
+    from .settings import PROPOSERS
 
     r = subparsers.add_parser(
         "race",
@@ -19,22 +20,22 @@ def add_race_parser(subparsers) -> None:
     add_model_args(r)
     r.add_argument("--prompt", required=True, help="one user message, through the target's chat template")
     add_sampling_args(r)
-    r.add_argument("--proposer", default="draft", choices=["draft", "prompt-lookup"])
+    r.add_argument("--proposer", default="draft", choices=PROPOSERS)
     r.add_argument("--json", action="store_true", help="one JSON object with both lanes and the summary")
 
 
 def run_race(args) -> int:
-    from .cli import UsageError, load_engine, print_loaded, settings_from_args
+    from .cli import UsageError, open_from_args, print_loaded, settings_from_args
 
     if not args.prompt.strip():
         raise UsageError("--prompt is empty: give the text to race on")
-    settings = settings_from_args(args, args.seed)  # validates before loading anything
-    engine = load_engine(args, need_draft=args.proposer == "draft")
+    settings = settings_from_args(args)  # checked before loading anything
+    engine = open_from_args(args, settings.needs_draft)
     print_loaded(engine)
 
     from .race import CLOCK_NOTE, start_race
 
-    race = start_race(engine, engine.encode_prompt(args.prompt), settings, args.proposer)
+    race = start_race(engine, engine.encode_prompt(args.prompt), settings)
     live = sys.stderr.isatty()
     counts = {"standard": 0, "speculative": 0}
     for rev in race:

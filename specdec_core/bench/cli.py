@@ -96,8 +96,8 @@ def run_bench(args) -> int:
 
 
 def _run(args) -> int:
-    from ..cli import load_engine
-    from ..sampling import SamplingParams
+    from ..cli import open_from_args
+    from ..settings import DecodeSettings, SamplingParams
     from .machine import load_average, machine_info
     from .memory import PeakMemory
     from .modes import build_modes, parse_baselines, parse_draft_lengths, parse_lookup_tokens
@@ -110,8 +110,9 @@ def _run(args) -> int:
     # -- check everything before loading any model ----------------------------------------
     draft_lengths = parse_draft_lengths(args.draft_tokens)
     lookup = parse_lookup_tokens(args.lookup_tokens)
-    try:
-        SamplingParams(args.temperature, args.top_k, args.top_p)
+    try:  # what every mode shares; each sets its own mode, proposer and draft length
+        decode = DecodeSettings(args.max_new_tokens, SamplingParams(args.temperature, args.top_k, args.top_p),
+                                seed=args.seed)
     except ValueError as exc:
         raise BenchError(str(exc)) from None
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
@@ -137,17 +138,16 @@ def _run(args) -> int:
         raise BenchError("--draft none: the draft-model modes need a draft; pass --draft-tokens none "
                          "(and no --baseline) to measure without one")
 
-    settings = RunSettings(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
-                           args.repeats, args.warmup_tokens)
+    settings = RunSettings(decode, args.repeats, args.warmup_tokens)
     command = command_line(args)
     started = time.perf_counter()
     machine = machine_info()
     print(f"specdec bench: {len(prompts)} prompts x {len(modes)} modes x {args.repeats} repeats "
           f"-> {out}", file=sys.stderr)
-    engine = load_engine(args, need_draft)
-    models = {"target": dataclasses.asdict(engine.target.info)}
-    if engine.draft is not None:
-        models["draft"] = dataclasses.asdict(engine.draft.info)
+    engine = open_from_args(args, need_draft)
+    models = {"target": engine.target_info.to_dict()}
+    if engine.draft_info is not None:
+        models["draft"] = engine.draft_info.to_dict()
     baseline = None
     if hf:
         from .hf import HFBaseline
@@ -163,8 +163,8 @@ def _run(args) -> int:
             raise BenchError("--baseline llama.cpp compares on the same GGUF files: give GGUF target and draft SPECs")
         llama = LlamaCpp(args.llama_cpp, engine.target.gguf_path,
                          engine.draft.gguf_path if engine.draft is not None else None, torch.get_num_threads())
-    near_tie = near_tie_margin(engine.target.info.dtype)
-    with PeakMemory(engine.target.info.device) as memory:
+    near_tie = near_tie_margin(engine.target_info.dtype)
+    with PeakMemory(engine.target_info.device) as memory:
         raw = run_suite(engine, prompts, modes, settings, memory, baseline,
                         progress=not args.no_progress, near_tie=near_tie, llama=llama)
         memory_method = memory.method

@@ -31,9 +31,8 @@ def refuse_local_flags(args) -> None:
 
 
 def run_server_bench(args) -> int:
-    from ..cli import settings_from_args
-    from ..decoder import sample_seed
-    from ..server import connect
+    from ..cli import open_from_args
+    from ..settings import DecodeSettings, SamplingParams
     from .prompts import load_prompts
     from .report import write_json
 
@@ -44,19 +43,21 @@ def run_server_bench(args) -> int:
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out: {str(out)!r} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    args.draft_tokens = "adaptive"  # the server's own; settings_from_args only reads it
-    engine = connect(args.target, api_key=args.api_key, timeout=args.timeout)
+    # the server drafts with its own draft length and proposer
+    settings = DecodeSettings(args.max_new_tokens, SamplingParams(args.temperature, args.top_k, args.top_p),
+                              seed=args.seed)
+    engine = open_from_args(args, need_draft=False)
+    server = engine.server_info()
     started = time.perf_counter()
-    print(f"specdec bench: {len(prompts)} prompts x {args.repeats} repeats on the {engine.flavour} server at "
-          f"{engine.endpoint.url} -> {out}", file=sys.stderr)
-    warm = settings_from_args(args, sample_seed(args.seed, 0))
-    warm = type(warm)(min(args.warmup_tokens or 1, args.max_new_tokens), warm.sampling, warm.draft_tokens, warm.seed)
+    print(f"specdec bench: {len(prompts)} prompts x {args.repeats} repeats on the {server.engine} server at "
+          f"{server.url} -> {out}", file=sys.stderr)
     if args.warmup_tokens:
-        _one(engine, prompts[0], warm)
+        _one(engine, prompts[0], settings.replace(max_new_tokens=min(args.warmup_tokens, args.max_new_tokens))
+             .for_sample(0))
     runs = []
     for p in prompts:
         for r in range(args.repeats):
-            rec = _one(engine, p, settings_from_args(args, sample_seed(args.seed, r)))
+            rec = _one(engine, p, settings.for_sample(r))
             rec.update(prompt=p.id, category=p.category, repeat=r)
             runs.append(rec)
             if not args.no_progress:
@@ -67,9 +68,9 @@ def run_server_bench(args) -> int:
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command_line(args, server=True),
         "note": args.note,
-        "server": engine.server_info(),
-        "models": {"target": engine.target.info.summary(),
-                   "draft": engine.draft.info.summary() if engine.draft is not None else None},
+        "server": server.to_dict(),
+        "models": {"target": engine.target_info.summary(),
+                   "draft": engine.draft_info.summary() if engine.draft_info is not None else None},
         "settings": {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                      "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed, "repeats": args.repeats,
                      "warmup_tokens": args.warmup_tokens},
