@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .contract import EngineError, EngineLike
-
-# a server target's default: seconds to wait for each piece of an answer
-DEFAULT_TIMEOUT = 120.0
+from .server.http import DEFAULT_TIMEOUT
 
 
 def open_engine(

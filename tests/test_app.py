@@ -547,12 +547,10 @@ def test_main_arguments_and_version(capsys):
 
 
 def test_self_test_on_tiny_models(qtbot, tmp_path):
-    from app.main import build_parser
     from app.selftest import run_self_test
 
     out = io.StringIO()
-    args = build_parser().parse_args(["--self-test", "--data-dir", str(tmp_path)])
-    assert run_self_test(args, load_request=LoadRequest(factory=tiny_factory()), timeout=60, out=out) == 0, out.getvalue()
+    assert run_self_test(LoadRequest(factory=tiny_factory()), str(tmp_path), timeout=60, out=out) == 0, out.getvalue()
     lines = out.getvalue().splitlines()
     assert any("standard: token kinds" in l and l.startswith("ok") for l in lines)
     assert any("speculative: token kinds" in l and l.startswith("ok") for l in lines)
