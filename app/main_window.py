@@ -420,28 +420,15 @@ class MainWindow(QMainWindow):
         return out
 
     def _start_generation(self, seed_offset: int = 0) -> None:
-        s = self.side_panel.settings()
-        if s["mode"] == "speculative" and s["proposer"] == "draft" and not self.side_panel.has_draft:
-            s["proposer"] = "prompt-lookup"
+        settings = self.side_panel.settings()
+        settings = settings.replace(seed=settings.seed + seed_offset)
         self._next_request += 1
-        req = GenerateRequest(
-            request_id=self._next_request,
-            messages=self._chat_messages(),
-            mode=s["mode"],
-            proposer=s["proposer"],
-            draft_tokens=s["draft_tokens"],
-            max_new_tokens=s["max_new_tokens"],
-            temperature=s["temperature"],
-            top_k=s["top_k"],
-            top_p=s["top_p"],
-            seed=s["seed"] + seed_offset,
-            drop_oldest=self.dropped_messages,
-        )
+        req = GenerateRequest(self._next_request, self._chat_messages(), settings, dropped=self.dropped_messages)
         w = self.chat_view.add_message("assistant")
         w.set_streaming(True)
-        w.set_meta(f"{req.mode}" + (f" · {req.proposer}" if req.mode == "speculative" else "") + " · generating…")
+        w.set_meta(f"{settings.mode}" + (f" · {settings.proposer}" if settings.speculative else "") + " · generating…")
         self.active = Active(req, w)
-        self.side_panel.reset_metrics(req.mode)
+        self.side_panel.reset_metrics(settings.mode)
         self.status_label.setText("Generating…")
         self._update_buttons()
         self.worker.request_generate(req)
@@ -459,7 +446,7 @@ class MainWindow(QMainWindow):
         if stats.get("decode_tokens_per_second"):
             a.series.append((stats["seconds"], stats["decode_tokens_per_second"]))
         a.widget.append_events(events)
-        self.side_panel.show_stats(a.stats, a.request.draft_tokens, a.series)
+        self.side_panel.show_stats(a.stats, a.request.settings.draft_tokens, a.series)
 
     def _on_finished(self, request_id: int, stats: dict) -> None:
         if not self._is_current(request_id):
@@ -483,7 +470,7 @@ class MainWindow(QMainWindow):
         self._update_buttons()
         self.show_error("Generation failed", message)
 
-    def _on_too_long(self, request_id: int, info: dict) -> None:
+    def _on_too_long(self, request_id: int, fit) -> None:
         """The chat plus its answer budget does not fit the target's context: nothing was
         computed. Offer to leave the oldest turns out of the prompt (they stay in the chat and in
         history); when even the last message does not fit, say what to shorten."""
@@ -493,8 +480,7 @@ class MainWindow(QMainWindow):
         self.chat_view.remove_last()  # the empty answer bubble: no answer was started
         self.status_label.setText("The chat does not fit the target's context")
         self._update_buttons()
-        n, budget, context = info["prompt_tokens"], info["max_new_tokens"], info["context"]
-        drop = info.get("drop")
+        n, budget, context, drop = fit.prompt_tokens, fit.max_new_tokens, fit.context, fit.drop
         text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
                 f"context holds {context} tokens.")
         box = QMessageBox(QMessageBox.Icon.Warning, "The chat does not fit the context", text,
@@ -536,16 +522,13 @@ class MainWindow(QMainWindow):
     def _complete(self, stats: dict) -> None:
         a = self.active
         self.active = None
-        req = a.request
+        settings = a.request.settings
         stats = dict(stats)
         stats.pop("text", None)
-        stats.setdefault("mode", req.mode)
-        if req.mode == "speculative":
-            stats.setdefault("proposer", req.proposer)
-        stats["settings"] = {
-            "draft_tokens": req.draft_tokens, "temperature": req.temperature, "top_k": req.top_k,
-            "top_p": req.top_p, "seed": req.seed, "max_new_tokens": req.max_new_tokens,
-        }
+        stats.setdefault("mode", settings.mode)
+        if settings.speculative:
+            stats.setdefault("proposer", settings.proposer)
+        stats["settings"] = settings.to_dict()
         tokens = [ViewToken.from_event(ev) for ev in a.events]
         content = "".join(t.text for t in tokens)
         msg = Message(
@@ -562,7 +545,7 @@ class MainWindow(QMainWindow):
         w.text = content
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
-        self.side_panel.show_stats(stats, req.draft_tokens, a.series)
+        self.side_panel.show_stats(stats, settings.draft_tokens, a.series)
         show_server_figures(self.side_panel, stats)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")

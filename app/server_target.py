@@ -1,8 +1,7 @@
 """The window's side of a server target (`--target http://HOST:PORT`, File ▸ Connect to a
 server…): what changes while one is loaded, and the server's own figures of each answer.
 
-GUI thread only; plain dicts in (the worker's `server_info()` and a message's stats), no
-engine types. The main window calls three functions, so its own code stays as it was:
+GUI thread only; plain values in (the engine's ServerInfo and a message's stats dict). The main window calls three functions, so its own code stays as it was:
 
 - `apply_server(window, server)` after a load: the `server` swatch in the legend, the mode
   toggle fixed to what the server does (no request can turn its drafting off), the draft
@@ -64,9 +63,9 @@ def connect_dialog(window) -> None:
         window.start_loading(LoadRequest(dlg.url.text().strip(), None, api_key=dlg.key.text().strip() or None))
 
 
-def apply_server(window, server: dict | None) -> None:
+def apply_server(window, server) -> None:
     """After a load: set the window up for a server target, or back for local models."""
-    window.legend.swatches["server"].setVisible(bool(server) and server.get("colours") != "per token")
+    window.legend.swatches["server"].setVisible(server is not None and server.colours != "per token")
     panel = window.side_panel
     local = server is None
     for w in (panel.proposer, panel.k_spin, panel.adaptive):
@@ -83,27 +82,27 @@ def apply_server(window, server: dict | None) -> None:
         panel.mode_button.setToolTip("Standard ↔ speculative: takes effect from the next message, no reload")
         panel._mode_toggled(panel.mode_button.isChecked())
         return
-    mode = server.get("mode", "server")
+    mode = server.mode
     panel.mode_button.blockSignals(True)
     panel.mode_button.setChecked(mode != "standard")
     panel.mode_button.blockSignals(False)
     panel.mode_button.setText(MODE_TEXT.get(mode, MODE_TEXT["server"]))
-    panel.mode_button.setToolTip(server.get("race_note", ""))
+    panel.mode_button.setToolTip(server.race_note)
     for w in (panel.proposer, panel.k_spin, panel.adaptive):
         w.setEnabled(False)
         w.setToolTip("the server drafts with its own settings")
     what = {"per token": "every token coloured from the server's draft counters",
             "none": "the server reports no origin per token: its tokens are <i>server</i>"}
-    model = str(server.get("model", "?"))
+    model = server.model
     panel.target_label.setToolTip(model)  # llama-server names a model by its file path
     panel.target_label.setText(
         f"<b>Target</b>: {html.escape(model.replace(chr(92), '/').rsplit('/', 1)[-1])}<br>"
-        f"{html.escape(server.get('engine', ''))} server at {html.escape(server.get('url', ''))}<br>"
-        f"{what.get(server.get('colours', ''), '')}")
-    if server.get("speculative"):
-        how = f" ({html.escape(server['proposer'])})" if server.get("proposer") else ""
+        f"{html.escape(server.engine)} server at {html.escape(server.url)}<br>"
+        f"{what.get(server.colours, '')}")
+    if server.speculative:
+        how = f" ({html.escape(server.proposer)})" if server.proposer else ""
         panel.draft_label.setText(f"<b>Draft</b>: the server's own{how}")
-    elif server.get("speculative") is False:
+    elif server.speculative is False:
         panel.draft_label.setText("<b>Draft</b>: none on the server (standard decoding)")
     else:
         panel.draft_label.setText("<b>Draft</b>: the server does not say")

@@ -26,9 +26,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specdec_core.settings import (  # light: no torch
+    DEFAULT_DRAFT_TOKENS,
+    PROPOSER_KINDS,
+    DecodeSettings,
+    SamplingParams,
+    usable_proposer,
+)
+
 from . import figures
 from .theme import Theme
-from .worker import DEFAULT_DRAFT_TOKENS
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -203,9 +210,7 @@ class SidePanel(QScrollArea):
         self.mode_button.setToolTip("Standard ↔ speculative: takes effect from the next message, no reload")
         self.mode_button.toggled.connect(self._mode_toggled)
         form.addRow(self.mode_button)
-        self.proposer = QComboBox()
-        self.proposer.addItem("Draft model", "draft")
-        self.proposer.addItem("Prompt lookup", "prompt-lookup")
+        self.proposer = proposer_box()
         form.addRow("Proposer", self.proposer)
         krow = QHBoxLayout()
         self.k_spin = QSpinBox()
@@ -283,27 +288,23 @@ class SidePanel(QScrollArea):
     def set_mode(self, mode: str) -> None:
         self.mode_button.setChecked(mode == "speculative")
 
-    def settings(self) -> dict:
-        return {
-            "mode": self.mode,
-            "proposer": self.proposer.currentData(),
-            "draft_tokens": "adaptive" if self.adaptive.isChecked() else self.k_spin.value(),
-            "temperature": self.temperature.value(),
-            "top_k": self.top_k.value(),
-            "top_p": self.top_p.value(),
-            "seed": self.seed.value(),
-            "max_new_tokens": self.max_new.value(),
-        }
+    def settings(self) -> DecodeSettings:
+        """The next message's settings (a proposer that needs a draft falls back when none is loaded)."""
+        return DecodeSettings(
+            max_new_tokens=self.max_new.value(),
+            sampling=SamplingParams(self.temperature.value(), self.top_k.value(), self.top_p.value()),
+            draft_tokens="adaptive" if self.adaptive.isChecked() else self.k_spin.value(),
+            seed=self.seed.value(),
+            mode=self.mode,
+            proposer=usable_proposer(self.proposer.currentData(), self.has_draft),
+        )
 
     # -- models ---------------------------------------------------------------------------
     def set_models(self, target: dict | None, draft: dict | None) -> None:
         self.target_label.setText(_model_html("Target", target))
         self.draft_label.setText(_model_html("Draft", draft) if draft else "<b>Draft</b>: none (prompt lookup only)")
         self.has_draft = draft is not None
-        item = self.proposer.model().item(0)
-        item.setEnabled(self.has_draft)
-        if not self.has_draft:
-            self.proposer.setCurrentIndex(1)
+        offer_proposers(self.proposer, self.has_draft)
 
     def set_models_text(self, text: str) -> None:
         self.target_label.setText(text)
@@ -344,6 +345,21 @@ class SidePanel(QScrollArea):
             stats.get("stop_reason", ""), stats.get("stop_reason", ""))
         bits.append(reason or "generating…")
         self.summary.setText(" · ".join(bits))
+
+
+def proposer_box(label=lambda kind: kind.label) -> QComboBox:
+    """A menu of every proposer kind (settings.PROPOSER_KINDS), its data the kind's name."""
+    box = QComboBox()
+    for kind in PROPOSER_KINDS:
+        box.addItem(label(kind), kind.name)
+    return box
+
+
+def offer_proposers(box: QComboBox, has_draft: bool) -> None:
+    """Grey out the proposers that need a draft when none is loaded, and step off one of them."""
+    for i, kind in enumerate(PROPOSER_KINDS):
+        box.model().item(i).setEnabled(has_draft or not kind.needs_draft)
+    box.setCurrentIndex(box.findData(usable_proposer(box.currentData(), has_draft)))
 
 
 def _model_html(role: str, info: dict | None) -> str:

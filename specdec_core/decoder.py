@@ -19,63 +19,18 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 
 from .acceptance import greedy_verify, speculative_verify
 from .adaptive import StepOutcome, make_policy
+from .context import check_fits, context_length
 from .detok import IncrementalDetokenizer
 from .events import EventSequence, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
 from .proposers.base import DraftPlan, Proposal, Proposer
-from .sampling import SamplingParams, SettingsError, probabilities
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    max_new_tokens: int = 256
-    sampling: SamplingParams = SamplingParams()
-    draft_tokens: int | str = 4  # k >= 1, or "adaptive"
-    seed: int = 0  # the whole random stream of one generation derives from this
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise SettingsError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.draft_tokens != "adaptive":
-            if not isinstance(self.draft_tokens, int) or self.draft_tokens < 1:
-                raise SettingsError(f"draft length must be an integer >= 1 or 'adaptive', got {self.draft_tokens!r}")
-
-
-class ContextError(SettingsError):
-    """A prompt and its answer budget do not fit the target's context window. Raised before any
-    computing: a 40,000-token prompt for a 32,768-token model is refused at once."""
-
-    def __init__(self, prompt_tokens: int, max_new_tokens: int, context: int):
-        self.prompt_tokens, self.max_new_tokens, self.context = prompt_tokens, max_new_tokens, context
-        if prompt_tokens >= context:
-            msg = (f"the prompt is {prompt_tokens} tokens but the target's context holds {context} "
-                   f"(the prompt plus the answer): shorten it to under {context} tokens")
-        else:
-            msg = (f"the prompt ({prompt_tokens} tokens) plus max-new-tokens ({max_new_tokens}) is "
-                   f"{prompt_tokens + max_new_tokens} tokens, more than the target's context of {context}: "
-                   f"lower max-new-tokens to {context - prompt_tokens} or shorten the prompt")
-        super().__init__(msg)
-
-
-def context_length(model) -> int | None:
-    """The most positions the model was built for (config.max_position_embeddings), or None."""
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "get_text_config"):
-        config = config.get_text_config()
-    n = getattr(config, "max_position_embeddings", None)
-    return n if isinstance(n, int) and n > 0 else None
-
-
-def sample_seed(seed: int, index: int) -> int:
-    """Seed of sample `index` of a run seeded with `seed`: depends on those two only, so the
-    first m samples are the same whatever the number of samples asked for."""
-    return (seed * 1_000_003 + index * 7_919 + 0x5DEECE66D) % (2**63 - 1)
+from .sampling import probabilities
+from .settings import DecodeSettings, SamplingParams, SettingsError
 
 
 class Generation(EventSequence):
@@ -148,17 +103,11 @@ class Decoder:
         default: a benchmark or a race must pay every prompt's prefill."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
-        self.check_fits(len(prompt_ids), settings.max_new_tokens)
+        check_fits(len(prompt_ids), settings.max_new_tokens, self.context_length)
         detok = IncrementalDetokenizer(self.tokenizer)
         stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
         loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache)
         return Generation(loop, detok, stats)
-
-    def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
-        """Raise ContextError when the prompt plus the answer budget exceed the target's context."""
-        n = self.context_length
-        if n is not None and prompt_tokens + max_new_tokens > n:
-            raise ContextError(prompt_tokens, max_new_tokens, n)
 
     def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False) -> Iterator[TokenEvent]:
         params = settings.sampling

@@ -7,8 +7,6 @@ acceptance test speak about the same kind of distribution.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
@@ -16,30 +14,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-
-class SettingsError(ValueError):
-    """Sampling settings out of range; the message says what and how to fix it."""
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
-
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not self.temperature >= 0:  # also catches NaN
-            raise SettingsError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.top_k < 0:
-            raise SettingsError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise SettingsError(f"top-p must be in (0, 1] (1 = off), got {self.top_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
+from .settings import SamplingParams  # defined with the other settings (no torch there)
 
 
 def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

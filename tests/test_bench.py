@@ -190,7 +190,8 @@ def test_hf_baseline_ignores_the_models_generation_config(tiny):
     """A repetition penalty in generation_config.json must not reach the baseline: greedy
     transformers generate() then equals our standard decoding token for token."""
     from specdec_core.bench.hf import HFBaseline
-    from specdec_core.decoder import DecodeSettings, Decoder
+    from specdec_core.decoder import Decoder
+    from specdec_core.settings import DecodeSettings
 
     target, draft = copy.deepcopy(tiny.target), copy.deepcopy(tiny.draft)
     for m in (target, draft):
@@ -276,13 +277,14 @@ def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():
     would mix those zeros with real figures)."""
     from specdec_core.bench.modes import PROMPT_LOOKUP, Mode
     from specdec_core.bench.prompts import BenchPrompt
-    from specdec_core.bench.runner import RunSettings, run_one
+    from specdec_core.bench.runner import run_one
+    from specdec_core.settings import DecodeSettings
     from app_fixtures import tiny_factory
 
     engine = tiny_factory(report=False)(lambda *_a: None)
     memory = SimpleNamespace(start=lambda: None, stop=lambda: 0)
     prompt = BenchPrompt("p", "chat", ({"role": "user", "content": "hello"},))
-    rec = run_one(engine, prompt, Mode("prompt-lookup k=4", PROMPT_LOOKUP, 4), RunSettings(3), 0, memory)
+    rec = run_one(engine, prompt, Mode("prompt-lookup k=4", PROMPT_LOOKUP, 4), DecodeSettings(3), memory)
     assert rec["kinds"]["standard"] == rec["new_tokens"] == 3  # no match anywhere: every step plain
     assert rec["acceptance_rate"] is None and rec["mean_accepted_per_step"] is None
     assert rec["plain_step_share"] == 1.0

@@ -96,7 +96,7 @@ def test_a_prompt_longer_than_the_context_is_refused_before_any_computing(pair, 
 
 
 def test_stats_line_labels_every_figure():
-    from specdec_core.cli import stats_line
+    from specdec_core.cli.terminal import stats_line
     from specdec_core.events import Stats
 
     s = Stats(new_tokens=11, seconds=3.0, prefill_seconds=1.0, target_forward_passes=5, speculative_steps=3,

@@ -7,7 +7,9 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from specdec_core.decoder import ContextError, DecodeSettings, Decoder, sample_seed
+from specdec_core.context import ContextError
+from specdec_core.decoder import Decoder
+from specdec_core.settings import DecodeSettings, sample_seed
 from specdec_core.events import Stats, TokenKind, first_divergence
 from specdec_core.lm import CachedLM
 from specdec_core.proposers import DraftModelProposer, DraftPlan, PromptLookupProposer

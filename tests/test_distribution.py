@@ -15,7 +15,8 @@ from scipy.stats import chisquare
 
 from conftest import soften
 from specdec_core.acceptance import speculative_verify
-from specdec_core.decoder import DecodeSettings, Decoder, sample_seed
+from specdec_core.decoder import Decoder
+from specdec_core.settings import DecodeSettings, sample_seed
 from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
 from specdec_core.sampling import SamplingParams, probabilities
 

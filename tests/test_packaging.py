@@ -209,7 +209,7 @@ def test_the_wheel_ships_the_files_the_code_reads(tmp_path):
     assert shipped_assets == ASSETS
     kernel_sources = {f"specdec_core/cpu/kernels/{n}" for n in ("quants.c", "forward.c", "features.c", "sdcpu.h",
                                                                   "dot_portable.h", "dot_x86.h", "dot_neon.h")}
-    assert {"specdec_core/bench/bench_prompts.jsonl", "app/main.py", "specdec_core/cli.py",
+    assert {"specdec_core/bench/bench_prompts.jsonl", "app/main.py", "specdec_core/cli/dispatch.py",
             "specdec_core/models/last_load.py"} | kernel_sources <= names
     assert not [n for n in names if n.startswith(("assets/", "tests/", "docs/"))]
     # every package of the source tree is in the wheel

@@ -9,7 +9,7 @@ import pytest
 
 from app_fixtures import tiny_factory
 from specdec_core.cli import main
-from specdec_core.decoder import DecodeSettings
+from specdec_core.settings import DecodeSettings
 from specdec_core.events import Stats, TokenEvent, TokenKind
 from specdec_core.proposers import PromptLookupProposer
 from specdec_core.race import Race, start_race
@@ -29,13 +29,13 @@ def prompt_ids(engine):
     return engine.encode_prompt(PROMPT)
 
 
-def _settings(n=16, temperature=0.0, k=3, seed=0):
-    return DecodeSettings(n, SamplingParams(temperature), k, seed)
+def _settings(n=16, temperature=0.0, k=3, seed=0, proposer="draft"):
+    return DecodeSettings(n, SamplingParams(temperature), k, seed, proposer=proposer)
 
 
 @pytest.mark.parametrize("proposer", ["draft", "prompt-lookup"])
 def test_both_lanes_finish_and_greedy_texts_are_identical(engine, prompt_ids, proposer):
-    race = start_race(engine, prompt_ids, _settings(20), proposer)
+    race = start_race(engine, prompt_ids, _settings(20, proposer=proposer))
     seen = {"standard": [], "speculative": []}
     for rev in race:
         seen[rev.lane].append(rev)
@@ -65,7 +65,7 @@ def test_both_lanes_finish_and_greedy_texts_are_identical(engine, prompt_ids, pr
 def test_running_lane_stats_follow_each_lanes_clock(engine, prompt_ids):
     """What the race view shows live: each lane's engine Stats, its seconds being that lane's
     own clock and its tokens the ones handed out so far."""
-    race = start_race(engine, prompt_ids, _settings(12), "draft")
+    race = start_race(engine, prompt_ids, _settings(12))
     for rev in race:
         s = race.lane_stats(rev.lane)
         assert s.seconds == race.clocks[rev.lane] == rev.clock
@@ -91,10 +91,13 @@ class SlowProposer(PromptLookupProposer):
         return super().propose(ids, plan, params, rng)
 
 
-def test_each_lane_clock_counts_only_its_own_steps(engine, prompt_ids):
+def test_each_lane_clock_counts_only_its_own_steps(engine, prompt_ids, monkeypatch):
+    from specdec_core.engine import PROPOSER_BUILDERS
+
     delay = 0.03
     prop = SlowProposer(delay)
-    race = start_race(engine, prompt_ids, _settings(16, k=2), prop, warmup=False)
+    monkeypatch.setitem(PROPOSER_BUILDERS, "prompt-lookup", lambda _engine: prop)  # the speculative lane's
+    race = start_race(engine, prompt_ids, _settings(16, k=2, proposer="prompt-lookup"), warmup=False)
     wall0 = time.perf_counter()
     r = race.run()
     wall = time.perf_counter() - wall0
@@ -170,7 +173,7 @@ def _b_lane(tokens):
 
 def test_cancel_mid_race_stops_both_lanes(engine, prompt_ids):
     cancel = threading.Event()
-    race = start_race(engine, prompt_ids, _settings(200, k=2), "draft", cancel)
+    race = start_race(engine, prompt_ids, _settings(200, k=2), cancel)
     got = []
     for rev in race:
         got.append(rev)
@@ -186,7 +189,7 @@ def test_cancel_mid_race_stops_both_lanes(engine, prompt_ids):
 
 
 def test_sampled_race_runs_and_does_not_claim_a_divergence(engine, prompt_ids):
-    r = start_race(engine, prompt_ids, _settings(12, temperature=1.0, seed=5), "draft").run()
+    r = start_race(engine, prompt_ids, _settings(12, temperature=1.0, seed=5)).run()
     assert len(r.standard.events) == len(r.speculative.events) == 12
     assert r.divergence is None and not r.greedy
     # the weak tiny draft is rejected often: the two samples part, and the verdict says why

@@ -138,13 +138,14 @@ def test_presets_cover_the_prompt_types_and_fill_the_prompt(qtbot, view):
 
 
 def test_before_any_race_the_view_starts_from_the_apps_defaults_and_says_what_to_do(qtbot):
-    from app.worker import DEFAULT_DRAFT_TOKENS, GenerateRequest
+    from app.worker import GenerateRequest
+    from specdec_core.settings import DEFAULT_DRAFT_TOKENS
 
     v = RaceView(Theme(False))
     qtbot.addWidget(v)
     # the chat's draft length (adaptive), and the first preset ready to race
-    assert v.k_box.currentData() == DEFAULT_DRAFT_TOKENS == GenerateRequest(0, []).draft_tokens == "adaptive"
-    assert v.settings()["draft_tokens"] == "adaptive"
+    assert v.k_box.currentData() == DEFAULT_DRAFT_TOKENS == GenerateRequest(0, []).settings.draft_tokens == "adaptive"
+    assert v.settings().draft_tokens == "adaptive"
     assert v.prompt.toPlainText() == load_presets()[0]["prompt"]
     for lane in v.lanes.values():
         shown = lane.message.view.document().toPlainText()

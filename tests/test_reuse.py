@@ -5,7 +5,8 @@ fresh prefill (and as transformers' generate on the whole prompt)."""
 import pytest
 import torch
 
-from specdec_core.decoder import DecodeSettings, Decoder
+from specdec_core.decoder import Decoder
+from specdec_core.settings import DecodeSettings
 from specdec_core.lm import CachedLM
 from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
 from test_decoder import PROMPTS, eos_of, hf_greedy

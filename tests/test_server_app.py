@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QMessageBox  # noqa: E402
 from app.history import History  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from app.theme import Theme  # noqa: E402
-from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
+from app.worker import GenerateRequest, LoadRequest, default_settings, start_worker, stop_worker  # noqa: E402
 from app_fixtures import heavy_imports, relay  # noqa: E402
 from llama_server import free_port, serve, server_ggufs  # noqa: E402
 
@@ -55,11 +55,12 @@ def test_the_worker_streams_a_servers_answer_with_its_figures(qtbot, server):
         with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT) as loaded:
             worker.request_load(LoadRequest(server.url, None))
         info = loaded.args[0]
-        assert info["server"]["engine"] == "llama.cpp" and info["server"]["speculative"] is True
+        assert info["server"].engine == "llama.cpp" and info["server"].speculative is True
         assert info["target"]["name"] == "target.gguf" and "server's own draft" in info["draft"]["name"]
         batches = []
         sig.tokens.connect(lambda rid, evs: batches.append(evs))
-        req = GenerateRequest(1, [{"role": "user", "content": "the cat sat on the mat"}], max_new_tokens=24)
+        req = GenerateRequest(1, [{"role": "user", "content": "the cat sat on the mat"}],
+                              default_settings().replace(max_new_tokens=24))
         with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as done:
             worker.request_generate(req)
         stats = done.args[1]
@@ -204,7 +205,7 @@ def test_app_arguments_for_a_server(monkeypatch):
 
 
 def test_server_modules_do_not_import_torch():
-    r = heavy_imports(["app.server_target", "specdec_core.server", "specdec_core.cli_server"])
+    r = heavy_imports(["app.server_target", "specdec_core.server", "specdec_core.contract", "specdec_core.engines"])
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -224,7 +225,7 @@ def test_the_models_dialog_connects_to_a_server(qtbot, tmp_path, server, monkeyp
         assert dlg.server_button.isVisible()
         with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
             dlg.use_server(server.url)
-        assert win.model_info["server"]["url"] == server.url and win.load_request.target == server.url
+        assert win.model_info["server"].url == server.url and win.load_request.target == server.url
         assert not win.side_panel.mode_button.isEnabled()
     finally:
         assert win.shutdown()

@@ -8,7 +8,9 @@
     machine.py  -- what machine the numbers came from
     report.py   -- aggregation (median, min-max, speedups), report.json and report.md
     plots.py    -- PNG figures (matplotlib, Agg canvas)
-    cli.py      -- `specdec bench` flags and entry point
+    server.py   -- the prompt set through a server target, and its report
+
+`specdec bench` (its flags, and the wiring of these) is specdec_core/cli/bench.py.
 """
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..settings import DecodeSettings
 from . import BenchError
 
 STANDARD = "standard"
@@ -31,6 +32,12 @@ class Mode:
     @property
     def proposer(self) -> str | None:
         return {"speculative": "draft", PROMPT_LOOKUP: "prompt-lookup"}.get(self.kind)
+
+    def settings(self, base: DecodeSettings) -> DecodeSettings:
+        """Our engine's settings for this mode: `base` (budget, sampling, seed) with its own
+        mode, proposer and draft length."""
+        return base.replace(mode=self.engine_mode, proposer=self.proposer or "draft",
+                            draft_tokens=self.draft_tokens or 1)
 
     @property
     def is_hf(self) -> bool:

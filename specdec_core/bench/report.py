@@ -9,8 +9,10 @@ Aggregation rules (also stated in report.md):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
+from datetime import datetime, timezone
 from pathlib import Path
 
 from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
@@ -129,6 +131,56 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
     f["per_position_acceptance"] = [a / q if q else None for a, q in zip(accepted, proposed)]
     f["per_position_proposed"] = proposed
     return f
+
+
+def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, engine, machine: dict,
+                 memory_method: str, near_tie: float, command: str, note: str | None, wall_seconds: float) -> dict:
+    """report.json's content: the run's raw records (run_suite's) aggregated into rows and
+    summaries, with everything a reader needs to repeat it. `decode`: the settings every mode
+    shared; `settings`: the run's other values (prompt file, repeats, warm-up, baseline, threads)."""
+    rows = build_rows(raw["runs"], prompts, modes)
+    models = {"target": engine.target_info.to_dict()}
+    if engine.draft_info is not None:
+        models["draft"] = engine.draft_info.to_dict()
+    s = decode.sampling
+    return {
+        "schema": 1,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "note": note,
+        "machine": machine,
+        "models": models,
+        "settings": {
+            "prompts": len(prompts),
+            "categories": list(dict.fromkeys(p.category for p in prompts)),
+            "prompt_file": settings["prompt_file"],
+            "max_new_tokens": decode.max_new_tokens,
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "seed": decode.seed,
+            "repeats": settings["repeats"],
+            "warmup_tokens": settings["warmup_tokens"],
+            "baseline": settings["baseline"],
+            "threads": settings["threads"],
+        },
+        "modes": [dataclasses.asdict(m) for m in modes],
+        "memory_method": memory_method,
+        "near_tie_margin": near_tie,
+        "wall_seconds": wall_seconds,
+        "summary": summarize(rows, modes),
+        "rows": rows,
+        "warmup": raw["warmup"],
+        "prompts": [p.to_dict() for p in prompts],
+    }
+
+
+def write_report(out: Path, report: dict) -> None:
+    """OUT/report.json, OUT/report.md and the figures (named in the report as "plots")."""
+    from .plots import write_plots
+
+    report["plots"] = write_plots(out, report)
+    save(out, report, render_markdown(report, report["plots"]))
 
 
 def write_json(path: Path, report: dict) -> None:

@@ -157,7 +157,7 @@ def _folder_quant(config: dict, tensors: list[Tensor]) -> str:
 
 
 def describe_folder(folder: Path, origin: str, spec: str | None = None, name: str | None = None) -> LocalModel:
-    from .hub import has_weights
+    from .hub_files import has_weights
 
     folder = Path(folder)
     m = LocalModel(spec or str(folder), name or folder.name, origin, "?", "?", 0, path=str(folder))
@@ -240,7 +240,7 @@ def hf_cache_models() -> list[LocalModel]:
     (SPEC: its hub id, which loads from the cache) and each of its .gguf files (owner/repo/file)."""
     from huggingface_hub import constants, scan_cache_dir
 
-    from .hub import has_weights
+    from .hub_files import has_weights
 
     try:
         # explicitly: scan_cache_dir's default is the value HF_HUB_CACHE had at import time

@@ -1,20 +1,21 @@
-"""`specdec bench` flags and entry point."""
+"""`specdec bench`: its flags, what they are checked into before a model loads, and the run --
+on local models (every mode interleaved, with the peers) or through a server (bench/server.py).
+The measuring and the report live in specdec_core/bench; this module only wires them."""
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 import sys
 import time
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import BenchError
+from ..bench import BenchError
+from ..settings import DecodeSettings, SamplingParams
+from .args import UsageError, add_model_args, int_at_least, open_from_args
 
 
-def add_bench_parser(sub) -> None:
-    from ..cli import add_model_args, int_at_least
-
+def add_parser(sub) -> None:
     b = sub.add_parser(
         "bench",
         help="benchmark standard vs speculative decoding, write a report",
@@ -81,50 +82,39 @@ def command_line(args, server: bool = False) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def run_bench(args) -> int:
-    from ..cli import UsageError
+def run(args) -> int:
     from ..server import is_server_spec
 
     try:
         if is_server_spec(args.target):  # a server: its own runner and report (bench/server.py)
-            from .server import run_server_bench
-
-            return run_server_bench(args)
-        return _run(args)
+            return _run_server(args)
+        return _run_local(args)
     except BenchError as exc:
         raise UsageError(str(exc)) from None
 
 
-def _run(args) -> int:
-    from ..cli import load_engine
-    from ..sampling import SamplingParams
-    from .machine import load_average, machine_info
-    from .memory import PeakMemory
-    from .modes import build_modes, parse_baselines, parse_draft_lengths, parse_lookup_tokens
-    from .plots import write_plots
-    from .prompts import load_prompts
-    from .report import build_rows, render_markdown, summarize, write_json
-    from ..events import near_tie_margin
-    from .runner import RunSettings, run_suite
+# -- checked before anything loads ----------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """What the flags ask for, checked: the prompts, the settings every run shares, the out folder."""
 
-    # -- check everything before loading any model ----------------------------------------
-    draft_lengths = parse_draft_lengths(args.draft_tokens)
-    lookup = parse_lookup_tokens(args.lookup_tokens)
+    prompts: list
+    decode: DecodeSettings  # each mode sets its own mode, proposer and draft length; each repeat its seed
+    out: Path
+
+
+def _plan(args) -> Plan:
+    from ..bench.prompts import load_prompts
+
     try:
-        SamplingParams(args.temperature, args.top_k, args.top_p)
+        decode = DecodeSettings(args.max_new_tokens, SamplingParams(args.temperature, args.top_k, args.top_p),
+                                seed=args.seed)
     except ValueError as exc:
         raise BenchError(str(exc)) from None
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     if args.categories is not None and not cats:
         raise BenchError("--categories: give at least one category name, e.g. code,chat")
     prompts = load_prompts(args.prompts, cats, args.limit)
-    baselines = parse_baselines(args.baseline)
-    hf = "hf" in baselines
-    modes = build_modes(draft_lengths, lookup, hf, "llama.cpp" in baselines)
-    if "llama.cpp" in baselines:
-        from .llamacpp import find_tools
-
-        find_tools(args.llama_cpp)  # a missing tool is said before any model loads
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out: {str(out)!r} is a file, not a folder")
@@ -132,85 +122,80 @@ def _run(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BenchError(f"--out: cannot create {str(out)!r} ({exc.strerror})") from None
-    need_draft = any(m.needs_draft for m in modes)
-    if need_draft and args.draft in ("none", ""):
+    return Plan(prompts, decode, out)
+
+
+def _modes(args) -> tuple[list, set[str]]:
+    """(modes, baselines) from --draft-tokens, --lookup-tokens and --baseline; a peer's missing
+    tool, or a missing draft, is said before any model loads."""
+    from ..bench.modes import build_modes, parse_baselines, parse_draft_lengths, parse_lookup_tokens
+
+    draft_lengths = parse_draft_lengths(args.draft_tokens)
+    lookup = parse_lookup_tokens(args.lookup_tokens)
+    baselines = parse_baselines(args.baseline)
+    modes = build_modes(draft_lengths, lookup, "hf" in baselines, "llama.cpp" in baselines)
+    if "llama.cpp" in baselines:
+        from ..bench.llamacpp import find_tools
+
+        find_tools(args.llama_cpp)
+    if any(m.needs_draft for m in modes) and args.draft in ("none", ""):
         raise BenchError("--draft none: the draft-model modes need a draft; pass --draft-tokens none "
                          "(and no --baseline) to measure without one")
+    return modes, baselines
 
-    settings = RunSettings(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
-                           args.repeats, args.warmup_tokens)
-    command = command_line(args)
+
+# -- local models ------------------------------------------------------------------------------
+def _run_local(args) -> int:
+    import torch
+
+    from ..bench.machine import load_average, machine_info
+    from ..bench.memory import PeakMemory
+    from ..bench.report import build_report, write_report
+    from ..bench.runner import RunSettings, run_suite
+    from ..events import near_tie_margin
+
+    modes, baselines = _modes(args)
+    plan = _plan(args)
     started = time.perf_counter()
     machine = machine_info()
-    print(f"specdec bench: {len(prompts)} prompts x {len(modes)} modes x {args.repeats} repeats "
-          f"-> {out}", file=sys.stderr)
-    engine = load_engine(args, need_draft)
-    models = {"target": dataclasses.asdict(engine.target.info)}
-    if engine.draft is not None:
-        models["draft"] = dataclasses.asdict(engine.draft.info)
-    baseline = None
-    if hf:
-        from .hf import HFBaseline
-
-        baseline = HFBaseline(engine.target, engine.draft)
-    llama = None
-    if "llama.cpp" in baselines:
-        import torch
-
-        from .llamacpp import LlamaCpp
-
-        if engine.target.gguf_path is None or (engine.draft is not None and engine.draft.gguf_path is None):
-            raise BenchError("--baseline llama.cpp compares on the same GGUF files: give GGUF target and draft SPECs")
-        llama = LlamaCpp(args.llama_cpp, engine.target.gguf_path,
-                         engine.draft.gguf_path if engine.draft is not None else None, torch.get_num_threads())
-    near_tie = near_tie_margin(engine.target.info.dtype)
-    with PeakMemory(engine.target.info.device) as memory:
-        raw = run_suite(engine, prompts, modes, settings, memory, baseline,
-                        progress=not args.no_progress, near_tie=near_tie, llama=llama)
-        memory_method = memory.method
+    print(f"specdec bench: {len(plan.prompts)} prompts x {len(modes)} modes x {args.repeats} repeats "
+          f"-> {plan.out}", file=sys.stderr)
+    engine = open_from_args(args, any(m.needs_draft for m in modes))
+    hf, llama = _peers(engine, baselines, args.llama_cpp, torch.get_num_threads())
+    near_tie = near_tie_margin(engine.target_info.dtype)
+    with PeakMemory(engine.target_info.device) as memory:
+        raw = run_suite(engine, plan.prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens),
+                        memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
-
-    rows = build_rows(raw["runs"], prompts, modes)
-    report = {
-        "schema": 1,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "note": args.note,
-        "machine": machine,
-        "models": models,
-        "settings": {
-            "prompts": len(prompts),
-            "categories": list(dict.fromkeys(p.category for p in prompts)),
-            "prompt_file": str(Path(args.prompts).name) if args.prompts else "specdec_core/bench/bench_prompts.jsonl",
-            "max_new_tokens": args.max_new_tokens,
-            "temperature": args.temperature,
-            "top_k": args.top_k,
-            "top_p": args.top_p,
-            "seed": args.seed,
-            "repeats": args.repeats,
-            "warmup_tokens": args.warmup_tokens,
-            "baseline": args.baseline,
-            "threads": __import__("torch").get_num_threads(),
-        },
-        "modes": [dataclasses.asdict(m) for m in modes],
-        "memory_method": memory_method,
-        "near_tie_margin": near_tie,
-        "wall_seconds": time.perf_counter() - started,
-        "summary": summarize(rows, modes),
-        "rows": rows,
-        "warmup": raw["warmup"],
-        "prompts": [p.to_dict() for p in prompts],
-    }
-    plots = write_plots(out, report)
-    report["plots"] = plots
-    write_json(out / "report.json", report)
-    (out / "report.md").write_text(render_markdown(report, plots), encoding="utf-8")
-    _print_summary(report, out)
+    settings = {"prompt_file": Path(args.prompts).name if args.prompts else "specdec_core/bench/bench_prompts.jsonl",
+                "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
+                "threads": torch.get_num_threads()}
+    report = build_report(raw, plan.prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
+                          command_line(args), args.note, time.perf_counter() - started)
+    write_report(plan.out, report)
+    _print_summary(report, plan.out)
     return 0
 
 
+def _peers(engine, baselines: set[str], llama_dir, threads: int):
+    """(transformers' baseline, llama.cpp's) on the loaded models, None where not asked for."""
+    hf = llama = None
+    if "hf" in baselines:
+        from ..bench.hf import HFBaseline
+
+        hf = HFBaseline(engine.target, engine.draft)
+    if "llama.cpp" in baselines:
+        from ..bench.llamacpp import LlamaCpp
+
+        if engine.target.gguf_path is None or (engine.draft is not None and engine.draft.gguf_path is None):
+            raise BenchError("--baseline llama.cpp compares on the same GGUF files: give GGUF target and draft SPECs")
+        llama = LlamaCpp(llama_dir, engine.target.gguf_path,
+                         engine.draft.gguf_path if engine.draft is not None else None, threads)
+    return hf, llama
+
+
 def _print_summary(report: dict, out: Path) -> None:
-    from .modes import HF_ASSISTED, LLAMACPP
+    from ..bench.modes import HF_ASSISTED, LLAMACPP
 
     overall = report["summary"]["overall"]
     greedy = report["settings"]["temperature"] == 0
@@ -232,3 +217,35 @@ def _print_summary(report: dict, out: Path) -> None:
             line += f"  {f['identical']}/{f['compared']}" if f["compared"] else "  -"
         print(line)
     print(f"report: {out / 'report.md'}")
+
+
+# -- a server -----------------------------------------------------------------------------------
+def _run_server(args) -> int:
+    """The prompt set through a server, which decodes with its own draft: no modes to compare."""
+    from ..bench.report import save
+    from ..bench.server import render_markdown, run_server_suite, server_report
+
+    if args.baseline not in ("none", ""):
+        raise BenchError("--baseline compares local models on this machine; a server target has none (drop it)")
+    if args.draft not in ("default", "none", ""):
+        raise BenchError("--draft: a server target drafts with its own draft model (drop --draft)")
+    plan = _plan(args)
+    engine = open_from_args(args, need_draft=False)
+    server = engine.server_info()
+    started = time.perf_counter()
+    print(f"specdec bench: {len(plan.prompts)} prompts x {args.repeats} repeats on the {server.engine} server at "
+          f"{server.url} -> {plan.out}", file=sys.stderr)
+    runs = run_server_suite(engine, plan.prompts, plan.decode, args.repeats, args.warmup_tokens,
+                            progress=not args.no_progress)
+    report = server_report(engine, plan.prompts, plan.decode, args.repeats, args.warmup_tokens, runs,
+                           command_line(args, server=True), args.note, time.perf_counter() - started)
+    save(plan.out, report, render_markdown(report))
+    o = report["summary"]["overall"]
+    print(f"overall: {o['tokens_per_second']:.1f} tok/s (client), {o['server_tokens_per_second']:.1f} tok/s "
+          f"(server's clock), alpha {_f(o['acceptance_rate'])}, tau {_f(o['mean_accepted_per_step'])}")
+    print(f"report: {plan.out / 'report.md'}")
+    return 0
+
+
+def _f(v, nd=2) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
