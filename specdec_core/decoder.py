@@ -29,7 +29,7 @@ from .detok import IncrementalDetokenizer
 from .events import EventSequence, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
 from .proposers.base import DraftPlan, Proposal, Proposer
-from .sampling import probabilities
+from .sampling import greedy_picks, probabilities
 from .settings import DecodeSettings, SamplingParams, SettingsError
 
 
@@ -215,11 +215,9 @@ class Decoder:
         """logits [k+1, V] -> (Verdict, margins [k+1] or None)."""
         k = len(draft)
         if params.greedy:
-            # no softmax: argmax is all greedy needs (argmax, not topk, to break exact ties
-            # the way generate() does); the top-2 margin says how close each call was.
-            argmax = torch.argmax(logits, dim=-1).tolist()
-            top2 = torch.topk(logits.float(), 2, dim=-1).values
-            margins = (top2[:, 0] - top2[:, 1]).tolist()
+            # no softmax: argmax is all greedy needs (the first of equal maxima, as generate()
+            # breaks exact ties); the top-2 margin says how close each call was.
+            argmax, margins = greedy_picks(logits)
             return greedy_verify(draft, argmax), margins
         p_target = probabilities(logits, params)  # [k+1, V]
         u_accept = torch.rand(k, generator=rng)

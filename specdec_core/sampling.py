@@ -7,6 +7,7 @@ acceptance test speak about the same kind of distribution.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
@@ -15,6 +16,34 @@ from transformers.generation.logits_process import (
 )
 
 from .settings import SamplingParams  # defined with the other settings (no torch there)
+
+
+def greedy_picks(logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    """logits [rows, V] -> (each row's argmax, its top-1 minus top-2 logit).
+
+    The first of equal maxima wins, as torch.argmax and generate() pick it. On a CPU through
+    NumPy: torch 2.13's argmax and topk over a 152k vocabulary took 2 and 4 ms a row here,
+    NumPy's passes ~0.1 ms -- at ~50 ms a target step, the difference was 12% of every step.
+    """
+    if logits.device.type != "cpu":
+        top2 = torch.topk(logits.float(), 2, dim=-1).values
+        return torch.argmax(logits, dim=-1).tolist(), (top2[:, 0] - top2[:, 1]).tolist()
+    rows = logits.detach().float().numpy()
+    picks, margins = [], []
+    for row in rows:
+        i = int(row.argmax())
+        rest = max(row[:i].max(initial=-np.inf), row[i + 1 :].max(initial=-np.inf))
+        picks.append(i)
+        margins.append(float(row[i] - rest))
+    return picks, margins
+
+
+def top_probability(logits: torch.Tensor) -> tuple[int, float]:
+    """logits [V] -> (argmax, its softmax probability): a greedy draft's pick and its confidence
+    in it, in two NumPy passes (torch's argmax and softmax cost ~3 ms a 152k row here)."""
+    row = logits.detach().float().cpu().numpy()
+    i = int(row.argmax())
+    return i, float(1.0 / np.exp(row - row[i]).sum())
 
 
 def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

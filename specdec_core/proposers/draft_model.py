@@ -7,7 +7,7 @@ import time
 import torch
 
 from ..lm import CachedLM
-from ..sampling import SamplingParams, probabilities, sample_from
+from ..sampling import SamplingParams, greedy_picks, probabilities, sample_from, top_probability
 from .base import DRAFT, DraftPlan, Proposal
 
 
@@ -73,9 +73,8 @@ class DraftModelProposer:
         for _ in range(k):
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
             if params.greedy:
-                tok = int(torch.argmax(logits))
-                # the draft's own probability of its pick (softmax at T=1) -- only if asked
-                conf = float(torch.softmax(logits.float(), -1)[tok]) if min_confidence > 0 else 1.0
+                # its pick, and its own probability of it (softmax at T=1) -- only if asked
+                tok, conf = top_probability(logits) if min_confidence > 0 else (greedy_picks(logits[None])[0][0], 1.0)
             else:
                 q = probabilities(logits[None], params)[0]  # [V]
                 u = float(torch.rand((), generator=rng))
