@@ -179,7 +179,8 @@ class Decoder:
                     policy.observe(StepOutcome(
                         proposal.source, k, verdict.n_accepted, t_verify - t_draft - proposal.catchup_seconds,
                         t_done - t_verify, proposal.catchup_seconds, proposal.catchup_tokens,
-                        proposal.expected_accepted, margins[: len(new)] if margins is not None else None))
+                        proposal.expected_accepted, margins[: len(new)] if margins is not None else None,
+                        proposal.match))
             # the running stats count this step before its tokens are handed out, so whoever
             # reads them between steps sees figures for exactly the tokens it has
             _count_step(stats, step, k, verdict.n_accepted, len(new), proposer is not None, proposal.source)

@@ -19,6 +19,13 @@ DRAFT = "draft"  # the draft model's own tokens
 LOOKUP = "lookup"  # tokens copied from the conversation (prompt, earlier turns, the answer so far)
 
 
+# Prompt lookup tells matches apart by length up to this (a longer one counts as this long):
+# what followed a 1-token match is rarely what comes next, what followed an 8-token one in an
+# edit or a summary usually is.
+MATCH_MAX = 8
+NO_LOOKUP = (0,) * (MATCH_MAX + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class DraftPlan:
     """What one step may propose, per source (0: that source proposes nothing this step).
@@ -28,18 +35,20 @@ class DraftPlan:
     """
 
     draft: int = 0  # most tokens the draft model may propose
-    lookup: int = 0  # most tokens prompt lookup may copy
+    # most tokens prompt lookup may copy after a match of n tokens, at index n (0..MATCH_MAX)
+    lookup: tuple[int, ...] = NO_LOOKUP
     # the draft model stops after the token that takes its running confidence (the product of
     # its probabilities of its picks) below this; 0: never early
     min_confidence: float = 0.0
 
     @property
     def empty(self) -> bool:
-        return self.draft <= 0 and self.lookup <= 0
+        return self.draft <= 0 and max(self.lookup) <= 0
 
     def clip(self, n: int) -> DraftPlan:
         """The same plan, no source proposing more than n (the answer's remaining budget)."""
-        return DraftPlan(max(min(self.draft, n), 0), max(min(self.lookup, n), 0), self.min_confidence)
+        n = max(n, 0)
+        return DraftPlan(min(self.draft, n), tuple(min(k, n) for k in self.lookup), self.min_confidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,7 @@ class Proposal:
     # what was kept, because a small draft is often surer than it is right
     expected_accepted: float | None = None
     source: str = ""  # DRAFT or LOOKUP; "" when nothing was proposed
+    match: int = 0  # LOOKUP: how many tokens the match behind it is long (at most MATCH_MAX)
 
 
 @runtime_checkable

@@ -31,10 +31,9 @@ class LookupDraftProposer:
         self.lookup.reset(keep)
 
     def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
-        if plan.lookup > 0:
-            found = self.lookup.propose(ids, plan, params, rng)
-            if found.tokens:
-                return found
+        found = self.lookup.propose(ids, plan, params, rng)
+        if found.tokens:
+            return found
         return self.draft.propose(ids, plan, params, rng)
 
     def unread(self, ids: list[int]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..sampling import SamplingParams
-from .base import LOOKUP, DraftPlan, Proposal
+from .base import LOOKUP, MATCH_MAX, DraftPlan, Proposal
 
 
 class NgramIndex:
@@ -61,21 +61,26 @@ class PromptLookupProposer:
     name = "prompt-lookup"
     sources = (LOOKUP,)
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = MATCH_MAX, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError("need 1 <= min_ngram <= max_ngram")
         self.index = NgramIndex(max_ngram, min_ngram)
-        self.last_match = 0  # n-gram length behind the latest proposal (0: none)
 
     def reset(self, keep: list[int] | None = None) -> None:
         pass  # the index follows the committed sequence itself (sync starts over on a new one)
 
     def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
-        if plan.lookup <= 0:
+        """What followed the longest earlier match of the sequence's end, as long as the plan
+        allows for a match of that length (0: none this step)."""
+        longest = max(plan.lookup)
+        if longest <= 0:
             return Proposal([])
         self.index.sync(ids)
-        tokens, self.last_match = self.index.continuation(plan.lookup)
-        return Proposal(tokens, source=LOOKUP if tokens else "")
+        tokens, n = self.index.continuation(longest)
+        k = plan.lookup[min(n, MATCH_MAX)] if tokens else 0
+        if k <= 0:
+            return Proposal([])
+        return Proposal(tokens[:k], source=LOOKUP, match=min(n, MATCH_MAX))
 
     def unread(self, ids: list[int]) -> int:
         return 0  # nothing to read: the index catches up in microseconds
