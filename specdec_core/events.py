@@ -125,11 +125,6 @@ class Stats:
         return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
-    def decode_steps(self) -> int:
-        """Target verifications after the prefill (each emits >= 1 token)."""
-        return max(self.target_forward_passes - 1, 0)
-
-    @property
     def mean_accepted_per_step(self) -> float:
         """tau = tokens emitted per speculative step (0 when none): plain steps emit one token
         each by definition and are counted apart (`plain_steps`, `plain_step_share`)."""

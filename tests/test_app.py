@@ -350,7 +350,7 @@ def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     from specdec_core.events import TokenEvent, TokenKind
 
     win._on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], {"new_tokens": 99})
-    assert win.dropped_batches >= 1 and live.tokens == before
+    assert live.tokens == before and win.active.stats.get("new_tokens") != 99  # neither shown nor counted
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         pass
     assert "STALE" not in win.messages[-1].content and len(win.messages[-1].tokens) == 3

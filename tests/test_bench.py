@@ -3,7 +3,6 @@ the transformers baselines' clean settings, aggregation arithmetic, one-line inp
 
 import copy
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

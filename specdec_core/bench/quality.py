@@ -109,7 +109,7 @@ def render(report: dict) -> str:
     same = sum(r["identical"] for r in g)
     L = ["# Quality: GGUF blocks x 8-bit activations against the float32 model\n",
          f"- **model:** `{Path(report['gguf']).name}`; **kernel:** {report.get('kernel', '?')}",
-         f"- **reference:** the same file dequantized to float32 by transformers (what earlier versions ran)",
+         "- **reference:** the same file dequantized to float32 by transformers (what earlier versions ran)",
          f"- **command:** `{report['command']}`\n",
          f"## Greedy agreement on the bench prompts ({report['max_new_tokens']} new tokens)\n",
          f"{same} of {len(g)} prompts give the same tokens. Where they part, the float model's top-1 - top-2 "

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     add_model_args(b)
     b.add_argument("--prompts", metavar="FILE",
                    help='JSONL of {"category": ..., "prompt": ...} or {"category": ..., "messages": [...]} '
-                        "(default: the built-in set, specdec_core/bench/bench_prompts.jsonl)")
+                        "(default: the built-in set, assets/bench_prompts.jsonl)")
     b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
     b.add_argument("--limit", type=int_at_least("--limit"), metavar="N", help="at most N prompts per category")
     b.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
@@ -167,7 +167,7 @@ def _run_local(args) -> int:
         raw = run_suite(engine, plan.prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
-    settings = {"prompt_file": Path(args.prompts).name if args.prompts else "specdec_core/bench/bench_prompts.jsonl",
+    settings = {"prompt_file": Path(args.prompts).name if args.prompts else "assets/bench_prompts.jsonl",
                 "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads()}
     report = build_report(raw, plan.prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
