@@ -16,6 +16,8 @@ import sys
 import threading
 from datetime import datetime, timezone
 
+from .markdown import table
+
 
 def run_server_suite(engine, prompts, settings, repeats: int, warmup_tokens: int, progress: bool = True) -> list[dict]:
     """Every prompt `repeats` times, in file order, after one untimed warm-up of `warmup_tokens`
@@ -111,14 +113,12 @@ def render_markdown(report: dict) -> str:
         "server as it is. Client tok/s and time to first token include the network; the server's tok/s "
         "is its own decode clock.",
         "",
-        "| category | runs | tok/s (client) | tok/s (server) | first token s | α | τ |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    rows = list(report["summary"]["categories"].items()) + [("**overall**", report["summary"]["overall"])]
-    for name, f in rows:
-        lines.append(f"| {name} | {f['runs']} | {_f(f['tokens_per_second'], 1)} | "
-                     f"{_f(f['server_tokens_per_second'], 1)} | {_f(f['ttft_s'])} | {_f(f['acceptance_rate'])} | "
-                     f"{_f(f['mean_accepted_per_step'])} |")
+    groups = list(report["summary"]["categories"].items()) + [("**overall**", report["summary"]["overall"])]
+    lines += table(["category", "runs", "tok/s (client)", "tok/s (server)", "first token s", "α", "τ"],
+                   ([name, f["runs"], _f(f["tokens_per_second"], 1), _f(f["server_tokens_per_second"], 1),
+                     _f(f["ttft_s"]), _f(f["acceptance_rate"]), _f(f["mean_accepted_per_step"])]
+                    for name, f in groups), right=range(1, 7))
     if report.get("note"):
         lines += ["", report["note"]]
     return "\n".join(lines) + "\n"
