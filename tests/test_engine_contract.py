@@ -262,22 +262,6 @@ def test_the_side_panel_hands_one_settings_value(qtbot):
 
 
 # -- a fake engine drives the worker ----------------------------------------------------------
-@pytest.fixture
-def worker(qtbot):
-    from app.worker import start_worker, stop_worker
-
-    w, thread = start_worker()
-    yield w
-    assert stop_worker(w, thread)
-
-
-@pytest.fixture
-def sig(worker):
-    from app_fixtures import relay
-
-    return relay(worker)
-
-
 def load(qtbot, worker, sig, engine):
     from app.worker import LoadRequest
 

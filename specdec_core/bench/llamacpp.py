@@ -1,5 +1,6 @@
 """The llama.cpp peer: its plain decoding (`llama-completion`) and its own speculative decoding
-(`llama-speculative-simple --spec-type draft-simple`), on the same two GGUF files.
+(`llama-speculative-simple --spec-type TYPE`: `draft-simple` with the draft model, `ngram-mod`
+with drafts from n-grams of the text itself, or both), on the same two GGUF files.
 
 Each run is a fresh process on the prompt rendered through the target's chat template (the
 text llama.cpp tokenizes itself, parsing the special tokens), greedy at temperature 0, with the
@@ -136,12 +137,16 @@ class LlamaCpp:
         return res
 
     def speculative(self, prompt: str, max_new_tokens: int, n_max: int | None, p_min: float | None,
-                    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> LlamaResult:
-        if self.draft is None:
-            raise RuntimeError("llama.cpp's speculative decoding needs a GGUF draft")
-        argv = [str(self.folder / SPEC), "-m", str(self.target), "-md", str(self.draft), "--spec-type", "draft-simple",
-                "-p", prompt, "-n", str(max_new_tokens), "-t", str(self.threads), "-tb", str(self.threads),
-                "-td", str(self.threads), "-c", "4096", *self._sampling(temperature, top_k, top_p, seed)]
+                    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                    spec_type: str = "draft-simple") -> LlamaResult:
+        """`spec_type`: llama.cpp's --spec-type; a type naming `draft-simple` runs the draft model."""
+        argv = [str(self.folder / SPEC), "-m", str(self.target), "--spec-type", spec_type]
+        if "draft-simple" in spec_type.split(","):
+            if self.draft is None:
+                raise RuntimeError("llama.cpp's speculative decoding with a draft model needs a GGUF draft")
+            argv += ["-md", str(self.draft), "-td", str(self.threads)]
+        argv += ["-p", prompt, "-n", str(max_new_tokens), "-t", str(self.threads), "-tb", str(self.threads),
+                 "-c", "4096", *self._sampling(temperature, top_k, top_p, seed)]
         if n_max is not None:
             argv += ["--spec-draft-n-max", str(n_max)]
         if p_min is not None:

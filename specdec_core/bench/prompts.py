@@ -66,6 +66,19 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
     return prompts
 
 
+def split_by_fit(engine, prompts: list[BenchPrompt], max_new_tokens: int) -> tuple[list[BenchPrompt], list[dict]]:
+    """(the prompts whose chat plus the answer budget fit the target's context, the others as
+    {"prompt_id", "category", "reason"}): found before anything runs, by the engine's own rule."""
+    kept, skipped = [], []
+    for p in prompts:
+        fit = engine.fit(list(p.messages), max_new_tokens)
+        if fit.fits:
+            kept.append(p)
+        else:
+            skipped.append({"prompt_id": p.id, "category": p.category, "reason": str(fit.error())})
+    return kept, skipped
+
+
 def parse_prompts(text: str, name: str = "prompts") -> list[BenchPrompt]:
     prompts: list[BenchPrompt] = []
     ids: set[str] = set()

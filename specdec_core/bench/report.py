@@ -15,7 +15,7 @@ import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .markdown import table
+from .markdown import skipped_lines, table
 from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 
 METRICS = ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate",
@@ -135,20 +135,19 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
 
 
 def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, engine, machine: dict,
-                 memory_method: str, near_tie: float, command: str, note: str | None, wall_seconds: float) -> dict:
+                 memory_method: str, near_tie: float, command: str, note: str | None, wall_seconds: float,
+                 skipped: list[dict] = ()) -> dict:
     """report.json's content: the run's raw records (run_suite's) aggregated into rows and
     summaries, with everything a reader needs to repeat it. `decode`: the settings every mode
-    shared; `settings`: the run's other values (prompt file, repeats, warm-up, baseline, threads)."""
+    shared; `settings`: the run's other values (prompt file, repeats, warm-up, baseline, threads);
+    `skipped`: the prompts left out, and why."""
     rows = build_rows(raw["runs"], prompts, modes)
     models = {"target": engine.target_info.to_dict()}
     if engine.draft_info is not None:
         models["draft"] = engine.draft_info.to_dict()
     s = decode.sampling
     return {
-        "schema": 1,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "note": note,
+        **report_head(command, note),
         "machine": machine,
         "models": models,
         "settings": {
@@ -173,7 +172,14 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
         "rows": rows,
         "warmup": raw["warmup"],
         "prompts": [p.to_dict() for p in prompts],
+        "skipped": list(skipped),
     }
+
+
+def report_head(command: str, note: str | None) -> dict:
+    """What every report.json opens with: its schema, when, the command that made it, the note."""
+    return {"schema": 1, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
+            "note": note}
 
 
 def write_report(out: Path, report: dict) -> None:
@@ -289,7 +295,8 @@ def _about(v: _View) -> list[str]:
     L.append(f"\nCommand:\n\n```\n{v.report['command']}\n```\n")
     if v.report.get("note"):
         L.append(f"> {v.report['note']}\n")
-    return L
+    skipped = skipped_lines(v.report.get("skipped"))
+    return L + (skipped + [""] if skipped else [])
 
 
 def _headline(v: _View) -> list[str]:
@@ -443,14 +450,19 @@ def _method(v: _View) -> list[str]:
          "that proposed nothing (the prefill, steps the adaptive controller left to the target, no lookup "
          "match), whose tokens are `standard`; **mean k** = average draft length of the speculative steps."]
     if v.llama:
-        L.append(f"- **llama.cpp** is llama.cpp's `llama-completion` (plain decoding) and `llama-speculative-simple "
-                 f"--spec-type draft-simple` (its speculative decoding: at its default draft length, and tuned with "
-                 f"`--spec-draft-n-max 16 --spec-draft-p-min 0.75`), each run as its own process on the same GGUF files, "
-                 f"the prompt text our chat template renders, {v.settings.get('threads', '?')} threads for target and "
-                 f"draft, greedy at temperature 0. Its tok/s is from its own timings: generated tokens / (prompt "
-                 f"processing + decoding), prefill included like ours; its latency column is the whole process "
-                 f"(start-up and model mapping included). **× llama.cpp best** compares with the fastest llama.cpp "
-                 f"mode on each prompt. Its α is n_accept / n_drafted; it reports no τ.")
+        spec = [m for m in v.modes if m.kind == LLAMACPP_SPEC]
+        ways = ", ".join(f"{_mode_label(m.name)} (`--spec-type {m.spec_type or 'draft-simple'}`"
+                         + (f" `--spec-draft-n-max {m.draft_tokens}`" if m.draft_tokens else "")
+                         + (f" `--spec-draft-p-min {m.p_min:g}`" if m.p_min is not None else "") + ")" for m in spec)
+        L.append("- **llama.cpp** is llama.cpp's `llama-completion` (plain decoding)"
+                 + (f" and `llama-speculative-simple` (its speculative decoding: {ways}; `draft-simple` drafts with "
+                    "the draft model, `ngram-mod` from n-grams of the text itself)" if spec else "")
+                 + f", each run as its own process on the same GGUF files, the prompt text our chat template renders, "
+                 f"{v.settings.get('threads', '?')} threads for target and draft, greedy at temperature 0. Its tok/s "
+                 f"is from its own timings: generated tokens / (prompt processing + decoding), prefill included like "
+                 f"ours; its latency column is the whole process (start-up and model mapping included). **× llama.cpp "
+                 f"best** compares with the fastest of all these llama.cpp modes on each prompt. Its α is n_accept / "
+                 f"n_drafted; it reports no τ.")
     if HF_ASSISTED in v.has or HF_GENERATE in v.has:
         L.append("- **hf generate / hf assisted** are transformers' `model.generate()` and "
                  "`model.generate(assistant_model=draft)` on the same loaded models and prompt ids, with a clean "
