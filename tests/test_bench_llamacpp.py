@@ -104,6 +104,31 @@ def test_each_speculative_mode_runs_the_tool_with_its_spec_type(tmp_path, spec_t
         assert no_draft.speculative(PROMPT, 24, None, None, spec_type=spec_type).new_tokens == 28
 
 
+def test_a_run_whose_log_was_cut_at_exit_is_run_once_more(tmp_path):
+    """llama.cpp writes its log from a thread that the process's exit can cut short: the figures
+    missing once, the tool runs again; missing twice, the mode fails with the one-line reason."""
+    from specdec_core.bench.llamacpp import LlamaCpp
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "llama-speculative-simple").write_text("")
+    plain = tools / "llama-completion"
+    plain.write_text(f"""#!/bin/sh
+n=$(cat "{tmp_path}/runs" 2>/dev/null || echo 0); echo $((n + 1)) > "{tmp_path}/runs"
+[ "$n" -ge {{cut}} ] && cat "{DATA / "llama-completion.stderr.txt"}" >&2
+echo text
+""")
+    plain.chmod(0o755)
+    plain.write_text(plain.read_text().replace("{cut}", "1"))
+    r = LlamaCpp(tools, tmp_path / "t.gguf", None, threads=1).plain(PROMPT, 24)
+    assert r.new_tokens == 24 and (tmp_path / "runs").read_text().strip() == "2"
+    (tmp_path / "runs").unlink()
+    plain.write_text(plain.read_text().replace('-ge 1 ]', '-ge 9 ]'))
+    with pytest.raises(RuntimeError, match="printed no prompt eval time"):
+        LlamaCpp(tools, tmp_path / "t.gguf", None, threads=1).plain(PROMPT, 24)
+    assert (tmp_path / "runs").read_text().strip() == "2"
+
+
 def test_llamacpp_best_is_the_fastest_of_all_its_modes_per_prompt():
     from types import SimpleNamespace
 
