@@ -26,14 +26,14 @@ from .acceptance import greedy_verify, speculative_verify
 from .adaptive import make_policy
 from .context import check_fits, context_length
 from .detok import IncrementalDetokenizer
-from .events import EventSequence, Stats, TokenEvent, TokenKind
+from .events import EventStream, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
 from .proposers.base import Proposal, Proposer
 from .sampling import probabilities
 from .settings import DecodeSettings, SamplingParams, SettingsError
 
 
-class Generation(EventSequence):
+class Generation(EventStream):
     """Iterate for TokenEvents; afterwards `stats`, `token_ids`, `text` hold the result.
 
     While it runs, `snapshot()` is the engine's running Stats for the tokens handed out so far
@@ -64,11 +64,6 @@ class Generation(EventSequence):
         return dataclasses.replace(s, per_position_proposed=list(s.per_position_proposed),
                                    per_position_accepted=list(s.per_position_accepted),
                                    draft_lengths=list(s.draft_lengths))
-
-    def run(self) -> Generation:
-        for _ in self:
-            pass
-        return self
 
     @property
     def text(self) -> str:

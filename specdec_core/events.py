@@ -73,6 +73,19 @@ class EventSequence:
         return [e.kind.value for e in self.events]
 
 
+class EventStream(EventSequence):
+    """An answer as it streams (contract.GenerationLike): iterate for its TokenEvents, which
+    it keeps in `events`; `run()` takes it to the end."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+    def run(self):
+        for _ in self:
+            pass
+        return self
+
+
 @dataclass(slots=True)
 class Stats:
     """What one generation did, returned as a value (printing lives in the CLI/GUI/bench).
