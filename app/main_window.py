@@ -11,8 +11,8 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .history import History, Message, StoredToken, chat_to_markdown
 from .figures import meta_line
-from .server_target import apply_server, connect_dialog, show_server_figures
+from .server_target import ServerDialog
 from .side_panel import SidePanel
 from .theme import Theme, app_icon
 from .worker import GenerateRequest, LoadRequest, start_worker, stop_worker
@@ -95,7 +95,6 @@ class MainWindow(QMainWindow):
         self.last_error_dialog: QMessageBox | None = None
         self.context_dialog: QMessageBox | None = None  # the last "does not fit the context" dialog
         self.dropped_messages = 0  # oldest messages of this chat left out of the prompt (kept in the chat)
-        self.dropped_batches = 0  # token batches from a request no longer waited for (tests)
         self._next_request = 0
         self._regenerations = 0
 
@@ -219,7 +218,7 @@ class MainWindow(QMainWindow):
         act(m, "&Delete chat", self.delete_chat)
         m.addSeparator()
         act(m, "&Load models…", self.load_dialog, "Ctrl+L")
-        act(m, "Connect to a &server…", lambda: connect_dialog(self))
+        act(m, "Connect to a &server…", self.connect_dialog)
         m.addSeparator()
         self.quit_action = act(m, "&Quit", self.close, "Ctrl+Q")
         m = self.menuBar().addMenu("&Chat")
@@ -272,7 +271,9 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"Ready: {t}" + (f" + draft {d}" if d else ""))
         self.side_panel.set_models(info.get("target"), info.get("draft"))
         self.chat_view.set_hint("Ask anything. Tokens are coloured by where they came from — see the legend above.")
-        apply_server(self, info.get("server"))
+        server = info.get("server")
+        self.legend.show_server_kind(server is not None and server.colours != "per token")
+        self.side_panel.show_target(server)
         self._update_buttons()
         self.models_ready.emit()
 
@@ -296,6 +297,13 @@ class MainWindow(QMainWindow):
         dlg.accepted.connect(lambda: self.start_loading(dlg.request()))
         dlg.open()
         self.models_dialog = dlg
+
+    def connect_dialog(self) -> None:
+        """File ▸ Connect to a server…: load that server as the target."""
+        current = self.load_request.target if str(self.load_request.target).startswith("http") else ""
+        dlg = ServerDialog(current, self)
+        if dlg.exec() == ServerDialog.DialogCode.Accepted and dlg.url.text().strip():
+            self.start_loading(LoadRequest(dlg.url.text().strip(), None, api_key=dlg.key.text().strip() or None))
 
     def _close_models_dialog(self) -> None:
         """Its threads end before the window goes (a download in flight keeps its bytes)."""
@@ -438,7 +446,6 @@ class MainWindow(QMainWindow):
 
     def _on_tokens(self, request_id: int, events: list, stats: dict) -> None:
         if not self._is_current(request_id):
-            self.dropped_batches += 1
             return
         a = self.active
         a.events.extend(events)
@@ -546,7 +553,7 @@ class MainWindow(QMainWindow):
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
         self.side_panel.show_stats(stats, settings.draft_tokens, a.series)
-        show_server_figures(self.side_panel, stats)
+        self.side_panel.show_server_figures(stats)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
         if reason == "error":  # a stream that broke off: the part is kept, the dialog says why

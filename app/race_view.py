@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from specdec_core import assets
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -40,7 +41,7 @@ from . import figures
 from .chat_view import Legend, MessageWidget
 from .race_worker import RaceRequest, start_race_worker
 from .side_panel import offer_proposers, proposer_box
-from .theme import Theme, assets_dir
+from .theme import Theme
 
 EMPTY_LANE_HINT = {
     "standard": "Pick a preset above (or write a prompt) and press Start race: the target alone "
@@ -57,10 +58,10 @@ def _proposer_label(name: str) -> str:
     return next((kind.label.lower() for kind in PROPOSER_KINDS if kind.name == name), name)
 
 
-def load_presets(path: Path | None = None) -> list[dict]:
-    path = path or assets_dir() / "race_prompts.json"
+def load_presets() -> list[dict]:
+    """The race presets (assets/race_prompts.json); none when the file cannot be read."""
     try:
-        return list(json.loads(path.read_text(encoding="utf-8"))["prompts"])
+        return list(json.loads(assets.read_text("race_prompts.json"))["prompts"])
     except (OSError, ValueError, KeyError):
         return []
 

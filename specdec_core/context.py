@@ -115,18 +115,18 @@ def messages_to_drop(messages: Messages, count_tokens: Callable[[Messages], int]
     Whole turns only (the kept part starts at a user message). Dropping more never lengthens a
     prompt, so a binary search over the turn starts finds the fewest with few token counts."""
 
-    def fits(n: int) -> bool:
+    def fits_without(n: int) -> bool:
         return count_tokens(drop_oldest(messages, n)) + max_new_tokens <= context
 
-    if context is None or fits(0):
+    if context is None or fits_without(0):
         return 0
     starts = [s for s in turn_starts(messages) if s > 0]
-    if not starts or not fits(starts[-1]):
+    if not starts or not fits_without(starts[-1]):
         return None
     lo, hi = 0, len(starts) - 1  # the answer is starts[i] for the smallest i that fits
     while lo < hi:
         mid = (lo + hi) // 2
-        if fits(starts[mid]):
+        if fits_without(starts[mid]):
             hi = mid
         else:
             lo = mid + 1

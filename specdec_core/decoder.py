@@ -26,14 +26,14 @@ from .acceptance import greedy_verify, speculative_verify
 from .adaptive import StepOutcome, make_policy
 from .context import check_fits, context_length
 from .detok import IncrementalDetokenizer
-from .events import EventSequence, Stats, TokenEvent, TokenKind
+from .events import EventStream, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
 from .proposers.base import DraftPlan, Proposal, Proposer
 from .sampling import greedy_picks, probabilities
 from .settings import DecodeSettings, SamplingParams, SettingsError
 
 
-class Generation(EventSequence):
+class Generation(EventStream):
     """Iterate for TokenEvents; afterwards `stats`, `token_ids`, `text` hold the result.
 
     While it runs, `snapshot()` is the engine's running Stats for the tokens handed out so far
@@ -66,11 +66,6 @@ class Generation(EventSequence):
                                    draft_lengths=list(s.draft_lengths), steps_by_source=dict(s.steps_by_source),
                                    proposed_by_source=dict(s.proposed_by_source),
                                    accepted_by_source=dict(s.accepted_by_source))
-
-    def run(self) -> Generation:
-        for _ in self:
-            pass
-        return self
 
     @property
     def text(self) -> str:

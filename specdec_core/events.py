@@ -76,6 +76,19 @@ class EventSequence:
         return [e.kind.value for e in self.events]
 
 
+class EventStream(EventSequence):
+    """An answer as it streams (contract.GenerationLike): iterate for its TokenEvents, which
+    it keeps in `events`; `run()` takes it to the end."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+    def run(self):
+        for _ in self:
+            pass
+        return self
+
+
 @dataclass(slots=True)
 class Stats:
     """What one generation did, returned as a value (printing lives in the CLI/GUI/bench).
@@ -130,11 +143,6 @@ class Stats:
     def acceptance_rate(self) -> float:
         """alpha = accepted / proposed, over the speculative steps (0 when nothing was proposed)."""
         return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
-
-    @property
-    def decode_steps(self) -> int:
-        """Target verifications after the prefill (each emits >= 1 token)."""
-        return max(self.target_forward_passes - 1, 0)
 
     @property
     def mean_accepted_per_step(self) -> float:

@@ -136,6 +136,24 @@ def local_hub(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def worker(qtbot):
+    """A Worker in its own thread (app/worker.py), stopped after the test."""
+    from app.worker import start_worker, stop_worker
+
+    w, thread = start_worker()
+    yield w
+    assert stop_worker(w, thread)
+
+
+@pytest.fixture
+def sig(worker):
+    """The worker's signals, re-emitted in the GUI thread (see app_fixtures.relay)."""
+    from app_fixtures import relay
+
+    return relay(worker)
+
+
+@pytest.fixture
 def make_window(qtbot, tmp_path):
     """make(...) -> a MainWindow on the test's own data folder, loaded (unless load=False) with
     `request` -- by default tiny models built in the worker thread (app_fixtures.tiny_factory) --

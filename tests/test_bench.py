@@ -3,7 +3,6 @@ the transformers baselines' clean settings, aggregation arithmetic, one-line inp
 
 import copy
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -263,12 +262,38 @@ def test_builtin_prompt_set_covers_the_categories():
     from specdec_core.bench.prompts import load_prompts
 
     prompts = load_prompts()
-    cats = {p.category for p in prompts}
-    assert cats == {"short-answer", "long-explanation", "code", "summarization", "structured-output", "chat"}
+    cats = list(dict.fromkeys(p.category for p in prompts))  # the reports' order
+    assert cats == ["short-answer", "long-explanation", "code", "edit", "summarization", "structured-output", "chat"]
     for c in cats:
-        assert 2 <= sum(p.category == c for p in prompts) <= 3
+        assert 2 <= sum(p.category == c for p in prompts) <= (4 if c == "edit" else 3)
     assert all(p.turns >= 2 for p in prompts if p.category == "chat")
+    # edit: a given code or text to rewrite, fix or refactor (the answer repeats much of the
+    # prompt), and a follow-up turn that revises the previous answer
+    edits = [p for p in prompts if p.category == "edit"]
+    assert len(edits) >= 3 and any(p.turns >= 2 and p.messages[-2]["role"] == "assistant" for p in edits)
+    assert all("```" in p.messages[0]["content"] or len(p.messages[0]["content"]) > 300 for p in edits)
     assert [p.id for p in load_prompts(categories=["code", "chat"], limit=1)] == ["code-fizzbuzz", "chat-refactor"]
+
+
+def test_a_prompt_that_does_not_fit_the_context_is_skipped_before_anything_runs(pair, tmp_path, capsys):
+    """The tiny target holds 512 positions: the over-long prompt is found before any run and
+    reported as skipped, with the reason; the others run (before, the bench stopped midway)."""
+    prompts = tmp_path / "prompts.jsonl"
+    rows = PROMPTS + [{"id": "p-long", "category": "short-answer", "prompt": "the cat sat on the mat " * 120}]
+    prompts.write_text("\n".join(json.dumps(p) for p in rows) + "\n")
+    out = tmp_path / "out"
+    assert bench(pair, prompts, out, "--draft-tokens", "2", "--lookup-tokens", "none", "--limit", "2") == 0
+    err = capsys.readouterr().err
+    assert "skipping p-long" in err and "512" in err
+    rep = json.loads((out / "report.json").read_text())
+    assert [s["prompt_id"] for s in rep["skipped"]] == ["p-long"] and "context" in rep["skipped"][0]["reason"]
+    assert {r["prompt_id"] for r in rep["rows"]} == {"p-short", "p-chat"} and rep["settings"]["prompts"] == 2
+    assert "Skipped 1 prompt(s)" in (out / "report.md").read_text() and "p-long (short-answer)" in (
+        out / "report.md").read_text()
+    only_long = tmp_path / "long.jsonl"
+    only_long.write_text(json.dumps(rows[-1]) + "\n")
+    assert bench(pair, only_long, tmp_path / "out2", "--draft-tokens", "2") == 2
+    assert "no prompt fits the target's context (512 tokens)" in capsys.readouterr().err
 
 
 def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():

@@ -14,7 +14,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from specdec_core.context import Fit, fit_chat  # noqa: E402
 from specdec_core.contract import ChatPrompt, EngineLike, GenerationLike, ServerInfo, prompt_tokens  # noqa: E402
-from specdec_core.events import EventSequence, Stats, TokenEvent, TokenKind  # noqa: E402
+from specdec_core.events import EventStream, Stats, TokenEvent, TokenKind  # noqa: E402
 from specdec_core.models.errors import ModelError  # noqa: E402
 from specdec_core.models.types import ModelInfo  # noqa: E402
 from specdec_core.settings import (  # noqa: E402
@@ -51,7 +51,7 @@ def check_implements(engine) -> None:
 
 
 # -- a fake engine: the contract by hand --------------------------------------------------
-class FakeGeneration(EventSequence):
+class FakeGeneration(EventStream):
     """Scripted steps of events; `fail_after`: raise a broken stream after that many events."""
 
     def __init__(self, events: list[TokenEvent], fail_after: int | None = None):
@@ -76,11 +76,6 @@ class FakeGeneration(EventSequence):
             return self.stats
         return Stats(new_tokens=len(self.events), seconds=0.01 * len(self.events), mode="speculative",
                      target_forward_passes=len({e.step for e in self.events}))
-
-    def run(self) -> FakeGeneration:
-        for _ in self:
-            pass
-        return self
 
     @property
     def text(self) -> str:
@@ -262,22 +257,6 @@ def test_the_side_panel_hands_one_settings_value(qtbot):
 
 
 # -- a fake engine drives the worker ----------------------------------------------------------
-@pytest.fixture
-def worker(qtbot):
-    from app.worker import start_worker, stop_worker
-
-    w, thread = start_worker()
-    yield w
-    assert stop_worker(w, thread)
-
-
-@pytest.fixture
-def sig(worker):
-    from app_fixtures import relay
-
-    return relay(worker)
-
-
 def load(qtbot, worker, sig, engine):
     from app.worker import LoadRequest
 

@@ -229,3 +229,28 @@ def test_the_models_dialog_connects_to_a_server(qtbot, tmp_path, server, monkeyp
         assert not win.side_panel.mode_button.isEnabled()
     finally:
         assert win.shutdown()
+
+
+def test_the_side_panel_learns_a_server_target_through_its_own_methods(qtbot):
+    """What a loaded server changes in the panel, from the ServerInfo value alone (no server
+    needed), and back for models loaded here."""
+    from app.side_panel import SidePanel
+    from specdec_core.contract import ServerInfo
+
+    panel = SidePanel(Theme(False))
+    qtbot.addWidget(panel)
+    panel.show()
+    vllm = ServerInfo("http://gpu:8000", "vLLM", "meta/Llama-70B", "server", None, "", "none",
+                      "the vLLM server at http://gpu:8000 cannot be raced")
+    panel.show_target(vllm)
+    assert not panel.mode_button.isEnabled() and panel.mode_button.text() == "Decoding by the server"
+    assert "cannot be raced" in panel.mode_button.toolTip() and panel.proposer.isHidden() and panel.k_spin.isHidden()
+    assert "vLLM server at http://gpu:8000" in panel.target_label.text() and "Llama-70B" in panel.target_label.text()
+    assert "does not say" in panel.draft_label.text()
+    panel.show_stats({"new_tokens": 3, "seconds": 1.0})
+    panel.show_server_figures({"draft_tokens": 4, "accepted_draft_tokens": 3,
+                               "server": {"engine": "vLLM", "figures": "vLLM's per-request metrics"}})
+    assert "vLLM server · drafted 4, accepted 3" in panel.summary.text() and panel.m_k.caption.text() == "k (the server's)"
+    panel.show_target(None)
+    assert panel.mode_button.isEnabled() and panel.mode_button.text() == "⚡ Speculative decoding"
+    assert panel.proposer.isVisibleTo(panel) and panel.k_spin.isVisibleTo(panel) and panel.proposer.isEnabled()

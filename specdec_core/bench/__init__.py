@@ -1,6 +1,6 @@
 """The benchmark: runner, report writer, plots (`specdec bench`).
 
-    prompts.py  -- the prompt set (built-in bench_prompts.jsonl beside it, or --prompts FILE)
+    prompts.py  -- the prompt set (the built-in assets/bench_prompts.jsonl, or --prompts FILE)
     modes.py    -- what is measured: standard, speculative k / adaptive, prompt lookup, hf baselines
     runner.py   -- one interleaved run over prompts x repeats x modes, raw measurements
     hf.py       -- transformers' generate() baselines (plain and assisted), with clean settings

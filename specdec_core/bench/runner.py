@@ -121,7 +121,8 @@ def _run_llamacpp(engine, prompt, mode, settings: DecodeSettings, llama, rec) ->
     if mode.kind == LLAMACPP:
         res = llama.plain(text, settings.max_new_tokens, *sampling)
     else:
-        res = llama.speculative(text, settings.max_new_tokens, mode.draft_tokens, mode.p_min, *sampling)
+        res = llama.speculative(text, settings.max_new_tokens, mode.draft_tokens, mode.p_min, *sampling,
+                                spec_type=mode.spec_type)
     wall = time.perf_counter() - t0
     rec.update(
         prompt_tokens=res.prompt_tokens,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import statistics
 import sys
 import threading
-from datetime import datetime, timezone
+from .markdown import skipped_lines, table
+from .report import report_head
 
 
 def run_server_suite(engine, prompts, settings, repeats: int, warmup_tokens: int, progress: bool = True) -> list[dict]:
@@ -36,13 +37,10 @@ def run_server_suite(engine, prompts, settings, repeats: int, warmup_tokens: int
 
 
 def server_report(engine, prompts, settings, repeats: int, warmup_tokens: int, runs: list[dict], command: str,
-                  note: str | None, wall_seconds: float) -> dict:
+                  note: str | None, wall_seconds: float, skipped: list[dict] = ()) -> dict:
     s = settings.sampling
     return {
-        "schema": 1,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "note": note,
+        **report_head(command, note),
         "server": engine.server_info().to_dict(),
         "models": {"target": engine.target_info.summary(),
                    "draft": engine.draft_info.summary() if engine.draft_info is not None else None},
@@ -52,6 +50,7 @@ def server_report(engine, prompts, settings, repeats: int, warmup_tokens: int, r
         "wall_seconds": wall_seconds,
         "summary": summarize(runs),
         "runs": runs,
+        "skipped": list(skipped),
     }
 
 
@@ -111,14 +110,14 @@ def render_markdown(report: dict) -> str:
         "server as it is. Client tok/s and time to first token include the network; the server's tok/s "
         "is its own decode clock.",
         "",
-        "| category | runs | tok/s (client) | tok/s (server) | first token s | α | τ |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    rows = list(report["summary"]["categories"].items()) + [("**overall**", report["summary"]["overall"])]
-    for name, f in rows:
-        lines.append(f"| {name} | {f['runs']} | {_f(f['tokens_per_second'], 1)} | "
-                     f"{_f(f['server_tokens_per_second'], 1)} | {_f(f['ttft_s'])} | {_f(f['acceptance_rate'])} | "
-                     f"{_f(f['mean_accepted_per_step'])} |")
+    groups = list(report["summary"]["categories"].items()) + [("**overall**", report["summary"]["overall"])]
+    lines += table(["category", "runs", "tok/s (client)", "tok/s (server)", "first token s", "α", "τ"],
+                   ([name, f["runs"], _f(f["tokens_per_second"], 1), _f(f["server_tokens_per_second"], 1),
+                     _f(f["ttft_s"]), _f(f["acceptance_rate"]), _f(f["mean_accepted_per_step"])]
+                    for name, f in groups), right=range(1, 7))
+    if report.get("skipped"):
+        lines += [""] + skipped_lines(report["skipped"])
     if report.get("note"):
         lines += ["", report["note"]]
     return "\n".join(lines) + "\n"

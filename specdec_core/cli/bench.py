@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     add_model_args(b)
     b.add_argument("--prompts", metavar="FILE",
                    help='JSONL of {"category": ..., "prompt": ...} or {"category": ..., "messages": [...]} '
-                        "(default: the built-in set, specdec_core/bench/bench_prompts.jsonl)")
+                        "(default: the built-in set, assets/bench_prompts.jsonl)")
     b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
     b.add_argument("--limit", type=int_at_least("--limit"), metavar="N", help="at most N prompts per category")
     b.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
@@ -161,20 +161,35 @@ def _run_local(args) -> int:
     print(f"specdec bench: {len(plan.prompts)} prompts x {len(modes)} modes x {args.repeats} repeats "
           f"-> {plan.out}", file=sys.stderr)
     engine = open_from_args(args, any(m.needs_draft for m in modes))
+    prompts, skipped = _fitting(engine, plan)
     hf, llama = _peers(engine, baselines, args.llama_cpp, torch.get_num_threads())
     near_tie = near_tie_margin(engine.target_info.dtype)
     with PeakMemory(engine.target_info.device) as memory:
-        raw = run_suite(engine, plan.prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens),
+        raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
-    settings = {"prompt_file": Path(args.prompts).name if args.prompts else "specdec_core/bench/bench_prompts.jsonl",
+    settings = {"prompt_file": Path(args.prompts).name if args.prompts else "assets/bench_prompts.jsonl",
                 "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads()}
-    report = build_report(raw, plan.prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
-                          command_line(args), args.note, time.perf_counter() - started)
+    report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
+                          command_line(args), args.note, time.perf_counter() - started, skipped)
     write_report(plan.out, report)
     _print_summary(report, plan.out)
     return 0
+
+
+def _fitting(engine, plan: Plan) -> tuple[list, list[dict]]:
+    """The prompts that fit the target's context with the answer budget, before anything runs;
+    each one that does not is said, and reported as skipped with the reason."""
+    from ..bench.prompts import split_by_fit
+
+    prompts, skipped = split_by_fit(engine, plan.prompts, plan.decode.max_new_tokens)
+    for s in skipped:
+        print(f"specdec bench: skipping {s['prompt_id']}: {s['reason']}", file=sys.stderr)
+    if not prompts:
+        raise BenchError(f"no prompt fits the target's context ({engine.context_length} tokens) with "
+                         f"--max-new-tokens {plan.decode.max_new_tokens}: lower it, or give shorter prompts")
+    return prompts, skipped
 
 
 def _peers(engine, baselines: set[str], llama_dir, threads: int):
@@ -235,10 +250,11 @@ def _run_server(args) -> int:
     started = time.perf_counter()
     print(f"specdec bench: {len(plan.prompts)} prompts x {args.repeats} repeats on the {server.engine} server at "
           f"{server.url} -> {plan.out}", file=sys.stderr)
-    runs = run_server_suite(engine, plan.prompts, plan.decode, args.repeats, args.warmup_tokens,
+    prompts, skipped = _fitting(engine, plan)
+    runs = run_server_suite(engine, prompts, plan.decode, args.repeats, args.warmup_tokens,
                             progress=not args.no_progress)
-    report = server_report(engine, plan.prompts, plan.decode, args.repeats, args.warmup_tokens, runs,
-                           command_line(args, server=True), args.note, time.perf_counter() - started)
+    report = server_report(engine, prompts, plan.decode, args.repeats, args.warmup_tokens, runs,
+                           command_line(args, server=True), args.note, time.perf_counter() - started, skipped)
     save(plan.out, report, render_markdown(report))
     o = report["summary"]["overall"]
     print(f"overall: {o['tokens_per_second']:.1f} tok/s (client), {o['server_tokens_per_second']:.1f} tok/s "

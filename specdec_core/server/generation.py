@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ..events import EventSequence, Stats, TokenEvent, TokenKind
+from ..events import EventStream, Stats, TokenEvent, TokenKind
 from ..settings import DecodeSettings
 from .errors import ServerError, StreamBroken
 from .prometheus import SpecFigures, figures_from_counters, figures_from_vllm_request
@@ -58,7 +58,7 @@ def figure_notes(server: dict, draft_tokens: int, accepted_draft_tokens: int) ->
     return notes
 
 
-class ServerGeneration(EventSequence):
+class ServerGeneration(EventStream):
     def __init__(self, run: Callable[[ServerGeneration], Iterator[TokenEvent]]):
         self.events: list[TokenEvent] = []
         self.stats: ServerStats | None = None
@@ -79,11 +79,6 @@ class ServerGeneration(EventSequence):
         for ev in self._run(self):
             self.events.append(ev)
             yield ev
-
-    def run(self) -> ServerGeneration:
-        for _ in self:
-            pass
-        return self
 
     @property
     def text(self) -> str:
