@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..settings import DecodeSettings
+from ..settings import DEFAULT_PROPOSER, DecodeSettings
 from . import BenchError
 
 STANDARD = "standard"
+DEFAULT = "default"  # what the app and the CLI do unless told otherwise: lookup, then the draft, adaptive
 HF_GENERATE = "hf-generate"
 HF_ASSISTED = "hf-assisted"
 PROMPT_LOOKUP = "prompt-lookup"
@@ -24,7 +25,7 @@ LLAMACPP_DRAFT, LLAMACPP_NGRAM, LLAMACPP_DRAFT_NGRAM = "draft-simple", "ngram-mo
 @dataclass(frozen=True)
 class Mode:
     name: str  # "standard", "speculative k=4", "speculative adaptive", "prompt-lookup k=4", "hf-generate", ...
-    kind: str  # "standard" | "speculative" | "prompt-lookup" | "hf-generate" | "hf-assisted"
+    kind: str  # "standard" | "default" | "speculative" | "prompt-lookup" | "hf-generate" | "hf-assisted" | llama.cpp's
     draft_tokens: int | str | None = None  # k, "adaptive", or None (standard, hf baselines)
     p_min: float | None = None  # llama.cpp's --spec-draft-p-min, where set
     spec_type: str | None = None  # llama.cpp's --spec-type, for its speculative modes
@@ -35,7 +36,7 @@ class Mode:
 
     @property
     def proposer(self) -> str | None:
-        return {"speculative": "draft", PROMPT_LOOKUP: "prompt-lookup"}.get(self.kind)
+        return {DEFAULT: DEFAULT_PROPOSER, "speculative": "draft", PROMPT_LOOKUP: "prompt-lookup"}.get(self.kind)
 
     def settings(self, base: DecodeSettings) -> DecodeSettings:
         """Our engine's settings for this mode: `base` (budget, sampling, seed) with its own
@@ -55,12 +56,12 @@ class Mode:
     def needs_draft(self) -> bool:
         if self.kind == LLAMACPP_SPEC:
             return LLAMACPP_DRAFT in (self.spec_type or "").split(",")
-        return self.kind in ("speculative", HF_ASSISTED)
+        return self.kind in (DEFAULT, "speculative", HF_ASSISTED)
 
     @property
     def proposes(self) -> bool:
         """Our speculative modes: acceptance and per-position figures apply."""
-        return self.kind in ("speculative", PROMPT_LOOKUP)
+        return self.kind in (DEFAULT, "speculative", PROMPT_LOOKUP)
 
 
 def parse_draft_lengths(value: str) -> list[int | str]:
@@ -122,6 +123,8 @@ def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None,
     """standard first, then our speculative modes, then the transformers and llama.cpp baselines
     (llama.cpp: plain, its draft model at its default and tuned, n-grams of the text, both)."""
     modes = [Mode(STANDARD, STANDARD)]
+    if draft_lengths:  # a draft is loaded: the default, as a user gets it
+        modes.append(Mode(DEFAULT, DEFAULT, "adaptive"))
     fixed = sorted(k for k in draft_lengths if k != "adaptive")
     for k in fixed:
         modes.append(Mode(f"speculative k={k}", "speculative", k))
