@@ -19,6 +19,17 @@ def soften(model, factor: float):
 
 
 @pytest.fixture(autouse=True)
+def _float32_on_any_cpu(monkeypatch):
+    """'auto' loads a model as bfloat16 on a CPU with native bf16 (Intel's AVX512-BF16 / AMX, as
+    on some of the project's machines) and as float32 elsewhere; the tests' references are
+    float32 on a CPU, so every test sees a CPU without it and passes whichever machine runs it.
+    The rule itself is tested with both answers (test_models.py)."""
+    from specdec_core.models import device
+
+    monkeypatch.setattr(device, "cpu_has_fast_bf16", lambda: False)
+
+
+@pytest.fixture(autouse=True)
 def _own_data_dir(tmp_path, monkeypatch):
     """Recent models (specdec_core/models/recent.py) are written to the test's own folder, never
     to the user's data folder."""
