@@ -235,6 +235,8 @@ class LocalServerDialog(QDialog):
         running = self.controller.running
         for w in (self.host, self.port, self.key):
             w.setEnabled(not running)
+        if running:  # the port it got (0 asks for any free one)
+            self.port.setValue(self.controller.config.port)
         self.start_button.setText("Stop" if running else "Start")
         self.copy_button.setEnabled(running)
         self.address.setText(self.controller.status())

@@ -88,6 +88,7 @@ def test_a_streamed_chat_carries_each_steps_tokens_and_ends_with_the_stats(clien
         stream=True, stream_options={"include_usage": True}, extra_body={"specdec": {"draft_tokens": 3}})
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(ext_of(c)["tokens"] is not None for c in chunks)  # every chunk carries the extension
     text, tokens, finals = "", [], []
     for c in chunks[1:-1]:
         piece = c.choices[0].delta.content or ""

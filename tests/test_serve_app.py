@@ -162,6 +162,7 @@ def test_view_local_server_serves_the_windows_models_beside_the_chat(qtbot, make
     assert controller.running and dialog.start_button.text() == "Stop"
     url = controller.url
     assert url.startswith("http://127.0.0.1:") and url in dialog.address.text()
+    assert dialog.port.value() == controller.server.port != 0  # the free port it got
     assert win.local_server.status_label.isVisibleTo(win) and url in win.local_server.status_label.text()
     assert url in dialog.example.text()
     qtbot.waitUntil(lambda: isinstance(win.worker.engine, QueuedEngine), timeout=TIMEOUT)

@@ -223,3 +223,10 @@ def test_loopback_and_the_warning():
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
     assert exposure_warning("127.0.0.1", None) == "" and exposure_warning("0.0.0.0", "k") == ""
     assert "without an API key" in exposure_warning("0.0.0.0", None)
+
+
+def test_the_served_model_id_is_one_word():
+    from specdec_core.serve.app import served_name
+
+    assert served_name("Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)") == "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    assert served_name("target") == "target" and served_name("((  ))") == "model"

@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
                    metavar="N", help=f"requests that may wait for the engine (default {DEFAULT_MAX_WAITING}); "
                                      "past that they get 429 with Retry-After")
     s.add_argument("--model-name", default=None, metavar="NAME",
-                   help="the model id clients send (default: the target's name)")
+                   help="the model id clients send (default: the target's name in lower case, one word)")
 
 
 def run(args) -> int:

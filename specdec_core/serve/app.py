@@ -24,6 +24,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -75,7 +76,7 @@ class Service:
                  api_key: str | None = None):
         self.engine = QueuedEngine(engine, queue, bounded=True)
         self.queue = queue
-        self.model = model_name or engine.target_info.name
+        self.model = model_name or served_name(engine.target_info.name)
         self.api_key = api_key or None
         self.created = int(time.time())
         self.in_flight: set[threading.Event] = set()
@@ -172,6 +173,12 @@ class Service:
         self.closing = True
         for cancel in list(self.in_flight):
             cancel.set()
+
+
+def served_name(name: str) -> str:
+    """The id clients send for a model: its name as one word a shell and a URL take as they are,
+    "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)" -> "qwen2.5-coder-1.5b-instruct-q4_k_m"."""
+    return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-") or "model"
 
 
 # -- the routes ---------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ completions and (text) completions alike, each with the `specdec` extension (pro
     chat chunk   {"object": "chat.completion.chunk", "choices": [{"delta": {"content"}, ...}]}
     completion   {"object": "text_completion", "choices": [{"text", ...}]} (chunks: the same object)
 
-Streamed, the first chunk of a chat gives the role (as OpenAI's does); a chunk per engine step
+Streamed (every chunk with the extension, its tokens' list empty where it has none), the first
+chunk of a chat gives the role (as OpenAI's does); a chunk per engine step
 gives its text and tokens; the last chunk with a choice gives the finish_reason and the Stats;
 with stream_options.include_usage every chunk has "usage": null and one more chunk after the
 last gives the usage with no choices; then `data: [DONE]`.
@@ -56,7 +57,7 @@ class Shape:
         return obj
 
     def role_chunk(self) -> dict:
-        obj = self.chunk(None)
+        obj = self.chunk(None, ext={"tokens": []})  # every chunk has the extension: a client reads it alike
         obj["choices"][0]["delta"] = {"role": "assistant", "content": ""}
         return obj
 
@@ -64,6 +65,7 @@ class Shape:
         obj = self._object(True)
         obj["choices"] = []
         obj["usage"] = usage
+        obj[EXTENSION] = {"tokens": []}
         return obj
 
     # -- whole ------------------------------------------------------------------------------
