@@ -373,43 +373,55 @@ def test_a_client_that_leaves_while_waiting_leaves_the_line(engine):
 
 # -- load -------------------------------------------------------------------------------------------
 def test_load_200_requests_from_8_clients(server, engine):
-    """Bounded: 200 short greedy requests, 8 at a time, half of them streamed. Every answer is
-    its own prompt's (the engine's own answer, computed beforehand), none lost; the only
-    refusal allowed is 429 (retried after its Retry-After)."""
+    """Bounded: 200 short greedy requests, 8 at a time -- chat and completions, streamed and not,
+    so prompts are tokenized while another answer decodes. Every answer is its own prompt's (the
+    engine's own answer, computed beforehand), none lost; the only refusal allowed is 429
+    (retried after its Retry-After)."""
     from specdec_core.settings import DecodeSettings
 
-    prompts = [[1, 5, 3 + i, 7] for i in range(25)]
+    words = ["the", "cat", "sat", "on", "mat", "a", "hat", "is", "it", "in", "and", "not", "no", "yes", "to"]
+    prompts = [[1, 5, 3 + i, 7] for i in range(20)] + [f"{words[i]} {words[-1 - i]} the cat" for i in range(len(words))]
     expect = {}
     for p in prompts:
-        gen = engine.generate(p, DecodeSettings(max_new_tokens=8)).run()
-        expect[tuple(p)] = (gen.token_ids, gen.text)
+        ids = p if isinstance(p, list) else engine.encode_prompt(p)
+        gen = engine.generate(ids, DecodeSettings(max_new_tokens=8)).run()
+        expect[str(p)] = (gen.token_ids, gen.text, len(ids))
     results, statuses = {}, []
 
     def one(i: int, http: httpx.Client) -> None:
         prompt = prompts[i % len(prompts)]
-        body = {"model": "target", "prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": i % 2 == 1}
+        body = {"model": "target", "max_tokens": 8, "temperature": 0, "stream": i % 2 == 1}
+        if isinstance(prompt, list):
+            path, body["prompt"] = "/v1/completions", prompt
+        else:
+            path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": prompt}]
+
+        def text_of(choice: dict) -> str:
+            return choice.get("text") or (choice.get("delta") or choice.get("message") or {}).get("content") or ""
+
         while True:
             if body["stream"]:
-                with http.stream("POST", "/v1/completions", json=body) as r:
+                with http.stream("POST", path, json=body) as r:
                     statuses.append(r.status_code)
                     if r.status_code == 200:
                         chunks = [json.loads(line[5:]) for line in r.iter_lines()
                                   if line.startswith("data:") and line != "data: [DONE]"]
                         ids = [t["id"] for c in chunks for t in c["specdec"]["tokens"]]
-                        text = "".join(c["choices"][0]["text"] for c in chunks)
+                        text = "".join(text_of(c["choices"][0]) for c in chunks if c["choices"])
+                        used = None
                         break
                     r.read()
             else:
-                r = http.post("/v1/completions", json=body)
+                r = http.post(path, json=body)
                 statuses.append(r.status_code)
                 if r.status_code == 200:
                     obj = r.json()
-                    ids, text = [t["id"] for t in obj["specdec"]["tokens"]], obj["choices"][0]["text"]
-                    assert obj["usage"]["prompt_tokens"] == 4
+                    ids, text = [t["id"] for t in obj["specdec"]["tokens"]], text_of(obj["choices"][0])
+                    used = obj["usage"]["prompt_tokens"]
                     break
             assert r.status_code == 429, r.text
             time.sleep(min(float(r.headers["retry-after"]), 1.0))
-        results[i] = (prompt, ids, text)
+        results[i] = (prompt, ids, text, used)
 
     def client_loop(k: int) -> None:
         with httpx.Client(base_url=server.url, timeout=120) as http:
@@ -422,10 +434,11 @@ def test_load_200_requests_from_8_clients(server, engine):
             f.result(timeout=600)
     seconds = time.perf_counter() - t0
     assert sorted(results) == list(range(200))  # none lost
-    for prompt, ids, text in results.values():
-        assert (ids, text) == expect[tuple(prompt)]  # none mixed up
+    for prompt, ids, text, used in results.values():
+        want_ids, want_text, prompt_tokens = expect[str(prompt)]
+        assert (ids, text) == (want_ids, want_text)  # none mixed up
+        assert used in (None, prompt_tokens)
     assert set(statuses) <= {200, 429}
     print(f"\nload: 200 requests, 8 clients, {seconds:.1f} s, {200 / seconds:.1f} req/s, "
           f"{statuses.count(429)} x 429")
     assert httpx.get(server.url + "/health").json()["waiting"] == 0
-
