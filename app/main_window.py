@@ -114,6 +114,9 @@ class MainWindow(QMainWindow):
         from .race_view import add_race_tab  # a Race tab sharing this worker's thread and engine
 
         self.race_view = add_race_tab(self)
+        from .local_server import add_local_server  # View ▸ Local server: these models served to other tools
+
+        self.local_server = add_local_server(self)
         self._refresh_chat_list()
         self._update_buttons()
         self._closed = False
@@ -227,7 +230,7 @@ class MainWindow(QMainWindow):
         self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         act(m, "&Regenerate", self.regenerate, "Ctrl+R")
         act(m, "Toggle standard / speculative", lambda: self.side_panel.mode_button.toggle(), "Ctrl+M")
-        m = self.menuBar().addMenu("&View")
+        m = self.view_menu = self.menuBar().addMenu("&View")
         self.colour_action = act(m, "Token &colours", lambda on: self.legend.checkbox.setChecked(on), "Ctrl+T", True)
         self.colour_action.setChecked(True)
         m = self.menuBar().addMenu("&Help")
@@ -272,7 +275,7 @@ class MainWindow(QMainWindow):
         self.side_panel.set_models(info.get("target"), info.get("draft"))
         self.chat_view.set_hint("Ask anything. Tokens are coloured by where they came from — see the legend above.")
         server = info.get("server")
-        self.legend.show_server_kind(server is not None and server.colours != "per token")
+        self.legend.show_server_kind(server is not None and server.colours == "none")
         self.side_panel.show_target(server)
         self._update_buttons()
         self.models_ready.emit()
@@ -614,6 +617,7 @@ class MainWindow(QMainWindow):
             self.worker.stop(self.active.request.request_id)
             self.active = None
         self.race_view.shutdown()
+        self.local_server.shutdown()
         self._close_models_dialog()
         ended = stop_worker(self.worker, self.thread, 5000)
         self.history.close()
