@@ -65,7 +65,7 @@ class ServerInfo:
 
 @runtime_checkable
 class GenerationLike(Protocol):
-    """One answer: iterate for TokenEvents; afterwards `stats`, `text`, `token_ids`, `kinds`.
+    """One answer: iterate for TokenEvents; afterwards `stats`, `text`, `token_ids`, `kinds`, `sources`.
     When a stream breaks off, iteration raises after the events that arrived and `stats`
     describes those (stop_reason "error")."""
 
@@ -88,6 +88,9 @@ class GenerationLike(Protocol):
 
     @property
     def kinds(self) -> list[str]: ...
+
+    @property
+    def sources(self) -> list[str]: ...
 
 
 @runtime_checkable
