@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import markdown as md
 from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -430,7 +430,7 @@ class Legend(QWidget):
         for kind in KINDS:
             sw = QLabel(kind)
             self.swatches[kind] = sw
-            sw.setVisible(kind != "server")  # shown while a server target is loaded (app/server_target.py)
+            sw.setVisible(kind != "server")  # shown while a server target that tells no kinds is loaded
             c = theme.kind_bg(kind)
             fg = theme.kind_fg(kind)
             sw.setStyleSheet(
@@ -446,6 +446,6 @@ class Legend(QWidget):
         self.checkbox.toggled.connect(self.toggled)
         lay.addWidget(self.checkbox)
 
-
-def monospace_font() -> QFont:
-    return QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    def show_server_kind(self, shown: bool) -> None:
+        """The `server` swatch: shown while the target is a server that reports no kind per token."""
+        self.swatches["server"].setVisible(shown)

@@ -109,9 +109,6 @@ class History:
         rows = self.db.execute("SELECT id, title, updated FROM chats ORDER BY updated DESC, id DESC").fetchall()
         return [ChatSummary(r[0], r[1], r[2]) for r in rows]
 
-    def chat_exists(self, chat_id: int) -> bool:
-        return self.db.execute("SELECT 1 FROM chats WHERE id = ?", (chat_id,)).fetchone() is not None
-
     def set_title(self, chat_id: int, title: str) -> None:
         with self.db:
             self.db.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         from .selftest import run_self_test
 
-        return run_self_test(args)
+        return run_self_test(load_request_from_args(args), args.data_dir)
 
     from PySide6.QtWidgets import QApplication
 

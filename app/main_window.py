@@ -11,8 +11,8 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .history import History, Message, StoredToken, chat_to_markdown
 from .figures import meta_line
-from .server_target import apply_server, connect_dialog, show_server_figures
+from .server_target import ServerDialog
 from .side_panel import SidePanel
 from .theme import Theme, app_icon
 from .worker import GenerateRequest, LoadRequest, start_worker, stop_worker
@@ -95,7 +95,6 @@ class MainWindow(QMainWindow):
         self.last_error_dialog: QMessageBox | None = None
         self.context_dialog: QMessageBox | None = None  # the last "does not fit the context" dialog
         self.dropped_messages = 0  # oldest messages of this chat left out of the prompt (kept in the chat)
-        self.dropped_batches = 0  # token batches from a request no longer waited for (tests)
         self._next_request = 0
         self._regenerations = 0
 
@@ -115,6 +114,9 @@ class MainWindow(QMainWindow):
         from .race_view import add_race_tab  # a Race tab sharing this worker's thread and engine
 
         self.race_view = add_race_tab(self)
+        from .local_server import add_local_server  # View ▸ Local server: these models served to other tools
+
+        self.local_server = add_local_server(self)
         self._refresh_chat_list()
         self._update_buttons()
         self._closed = False
@@ -219,7 +221,7 @@ class MainWindow(QMainWindow):
         act(m, "&Delete chat", self.delete_chat)
         m.addSeparator()
         act(m, "&Load models…", self.load_dialog, "Ctrl+L")
-        act(m, "Connect to a &server…", lambda: connect_dialog(self))
+        act(m, "Connect to a &server…", self.connect_dialog)
         m.addSeparator()
         self.quit_action = act(m, "&Quit", self.close, "Ctrl+Q")
         m = self.menuBar().addMenu("&Chat")
@@ -228,7 +230,7 @@ class MainWindow(QMainWindow):
         self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         act(m, "&Regenerate", self.regenerate, "Ctrl+R")
         act(m, "Toggle standard / speculative", lambda: self.side_panel.mode_button.toggle(), "Ctrl+M")
-        m = self.menuBar().addMenu("&View")
+        m = self.view_menu = self.menuBar().addMenu("&View")
         self.colour_action = act(m, "Token &colours", lambda on: self.legend.checkbox.setChecked(on), "Ctrl+T", True)
         self.colour_action.setChecked(True)
         m = self.menuBar().addMenu("&Help")
@@ -272,7 +274,9 @@ class MainWindow(QMainWindow):
         self.status_label.setText(f"Ready: {t}" + (f" + draft {d}" if d else ""))
         self.side_panel.set_models(info.get("target"), info.get("draft"))
         self.chat_view.set_hint("Ask anything. Tokens are coloured by where they came from — see the legend above.")
-        apply_server(self, info.get("server"))
+        server = info.get("server")
+        self.legend.show_server_kind(server is not None and server.colours == "none")
+        self.side_panel.show_target(server)
         self._update_buttons()
         self.models_ready.emit()
 
@@ -296,6 +300,13 @@ class MainWindow(QMainWindow):
         dlg.accepted.connect(lambda: self.start_loading(dlg.request()))
         dlg.open()
         self.models_dialog = dlg
+
+    def connect_dialog(self) -> None:
+        """File ▸ Connect to a server…: load that server as the target."""
+        current = self.load_request.target if str(self.load_request.target).startswith("http") else ""
+        dlg = ServerDialog(current, self)
+        if dlg.exec() == ServerDialog.DialogCode.Accepted and dlg.url.text().strip():
+            self.start_loading(LoadRequest(dlg.url.text().strip(), None, api_key=dlg.key.text().strip() or None))
 
     def _close_models_dialog(self) -> None:
         """Its threads end before the window goes (a download in flight keeps its bytes)."""
@@ -420,28 +431,15 @@ class MainWindow(QMainWindow):
         return out
 
     def _start_generation(self, seed_offset: int = 0) -> None:
-        s = self.side_panel.settings()
-        if s["mode"] == "speculative" and s["proposer"] == "draft" and not self.side_panel.has_draft:
-            s["proposer"] = "prompt-lookup"
+        settings = self.side_panel.settings()
+        settings = settings.replace(seed=settings.seed + seed_offset)
         self._next_request += 1
-        req = GenerateRequest(
-            request_id=self._next_request,
-            messages=self._chat_messages(),
-            mode=s["mode"],
-            proposer=s["proposer"],
-            draft_tokens=s["draft_tokens"],
-            max_new_tokens=s["max_new_tokens"],
-            temperature=s["temperature"],
-            top_k=s["top_k"],
-            top_p=s["top_p"],
-            seed=s["seed"] + seed_offset,
-            drop_oldest=self.dropped_messages,
-        )
+        req = GenerateRequest(self._next_request, self._chat_messages(), settings, dropped=self.dropped_messages)
         w = self.chat_view.add_message("assistant")
         w.set_streaming(True)
-        w.set_meta(f"{req.mode}" + (f" · {req.proposer}" if req.mode == "speculative" else "") + " · generating…")
+        w.set_meta(f"{settings.mode}" + (f" · {settings.proposer}" if settings.speculative else "") + " · generating…")
         self.active = Active(req, w)
-        self.side_panel.reset_metrics(req.mode)
+        self.side_panel.reset_metrics(settings.mode)
         self.status_label.setText("Generating…")
         self._update_buttons()
         self.worker.request_generate(req)
@@ -451,7 +449,6 @@ class MainWindow(QMainWindow):
 
     def _on_tokens(self, request_id: int, events: list, stats: dict) -> None:
         if not self._is_current(request_id):
-            self.dropped_batches += 1
             return
         a = self.active
         a.events.extend(events)
@@ -459,7 +456,7 @@ class MainWindow(QMainWindow):
         if stats.get("decode_tokens_per_second"):
             a.series.append((stats["seconds"], stats["decode_tokens_per_second"]))
         a.widget.append_events(events)
-        self.side_panel.show_stats(a.stats, a.request.draft_tokens, a.series)
+        self.side_panel.show_stats(a.stats, a.request.settings.draft_tokens, a.series)
 
     def _on_finished(self, request_id: int, stats: dict) -> None:
         if not self._is_current(request_id):
@@ -483,7 +480,7 @@ class MainWindow(QMainWindow):
         self._update_buttons()
         self.show_error("Generation failed", message)
 
-    def _on_too_long(self, request_id: int, info: dict) -> None:
+    def _on_too_long(self, request_id: int, fit) -> None:
         """The chat plus its answer budget does not fit the target's context: nothing was
         computed. Offer to leave the oldest turns out of the prompt (they stay in the chat and in
         history); when even the last message does not fit, say what to shorten."""
@@ -493,8 +490,7 @@ class MainWindow(QMainWindow):
         self.chat_view.remove_last()  # the empty answer bubble: no answer was started
         self.status_label.setText("The chat does not fit the target's context")
         self._update_buttons()
-        n, budget, context = info["prompt_tokens"], info["max_new_tokens"], info["context"]
-        drop = info.get("drop")
+        n, budget, context, drop = fit.prompt_tokens, fit.max_new_tokens, fit.context, fit.drop
         text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
                 f"context holds {context} tokens.")
         box = QMessageBox(QMessageBox.Icon.Warning, "The chat does not fit the context", text,
@@ -536,16 +532,13 @@ class MainWindow(QMainWindow):
     def _complete(self, stats: dict) -> None:
         a = self.active
         self.active = None
-        req = a.request
+        settings = a.request.settings
         stats = dict(stats)
         stats.pop("text", None)
-        stats.setdefault("mode", req.mode)
-        if req.mode == "speculative":
-            stats.setdefault("proposer", req.proposer)
-        stats["settings"] = {
-            "draft_tokens": req.draft_tokens, "temperature": req.temperature, "top_k": req.top_k,
-            "top_p": req.top_p, "seed": req.seed, "max_new_tokens": req.max_new_tokens,
-        }
+        stats.setdefault("mode", settings.mode)
+        if settings.speculative:
+            stats.setdefault("proposer", settings.proposer)
+        stats["settings"] = settings.to_dict()
         tokens = [ViewToken.from_event(ev) for ev in a.events]
         content = "".join(t.text for t in tokens)
         msg = Message(
@@ -562,8 +555,8 @@ class MainWindow(QMainWindow):
         w.text = content
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
-        self.side_panel.show_stats(stats, req.draft_tokens, a.series)
-        show_server_figures(self.side_panel, stats)
+        self.side_panel.show_stats(stats, settings.draft_tokens, a.series)
+        self.side_panel.show_server_figures(stats)
         reason = stats.get("stop_reason", "")
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
         if reason == "error":  # a stream that broke off: the part is kept, the dialog says why
@@ -624,6 +617,7 @@ class MainWindow(QMainWindow):
             self.worker.stop(self.active.request.request_id)
             self.active = None
         self.race_view.shutdown()
+        self.local_server.shutdown()
         self._close_models_dialog()
         ended = stop_worker(self.worker, self.thread, 5000)
         self.history.close()

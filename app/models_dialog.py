@@ -628,7 +628,7 @@ class ModelsDialog(QDialog):
             self.use_server(dlg.url.text().strip(), dlg.key.text().strip() or None)
 
     def use_server(self, url: str, api_key: str | None = None) -> None:
-        """Load the server at `url` as the target (app/server_target.py): no memory to check."""
+        """Load the server at `url` as the target: no memory to check."""
         self._server_request = LoadRequest(url, None, api_key=api_key)
         self.accept()
 

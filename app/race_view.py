@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from specdec_core import assets
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -34,11 +35,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specdec_core.settings import DEFAULT_DRAFT_TOKENS, PROPOSER_KINDS, DecodeSettings, SamplingParams, usable_proposer
+
 from . import figures
 from .chat_view import Legend, MessageWidget
 from .race_worker import RaceRequest, start_race_worker
-from .theme import Theme, assets_dir
-from .worker import DEFAULT_DRAFT_TOKENS
+from .side_panel import offer_proposers, proposer_box
+from .theme import Theme
 
 EMPTY_LANE_HINT = {
     "standard": "Pick a preset above (or write a prompt) and press Start race: the target alone "
@@ -48,13 +51,17 @@ EMPTY_LANE_HINT = {
 }
 CLOCK_NOTE = ("Times are each lane's own compute time: the two lanes take turns, step by step, on one "
               "device, and each clock advances only while its own lane computes (warm-up excluded).")
-PROPOSER_LABELS = {"draft": "draft model", "prompt-lookup": "prompt lookup"}
 
 
-def load_presets(path: Path | None = None) -> list[dict]:
-    path = path or assets_dir() / "race_prompts.json"
+def _proposer_label(name: str) -> str:
+    """A proposer kind as the race names it ("draft model"), any other name as it is."""
+    return next((kind.label.lower() for kind in PROPOSER_KINDS if kind.name == name), name)
+
+
+def load_presets() -> list[dict]:
+    """The race presets (assets/race_prompts.json); none when the file cannot be read."""
     try:
-        return list(json.loads(path.read_text(encoding="utf-8"))["prompts"])
+        return list(json.loads(assets.read_text("race_prompts.json"))["prompts"])
     except (OSError, ValueError, KeyError):
         return []
 
@@ -189,7 +196,7 @@ def summary_html(result: dict) -> str:
         return "<b>Race stopped.</b> The lanes show what each produced until then."
     std, spec = result["standard"], result["speculative"]
     speedup = result.get("speedup", 0.0)
-    prop = PROPOSER_LABELS.get(result.get("proposer", ""), result.get("proposer", ""))
+    prop = _proposer_label(result.get("proposer", ""))
     if speedup >= 1:
         head = f"<b>Speculative ({html.escape(prop)}) is {speedup:.2f}× faster</b>"
     else:
@@ -244,9 +251,7 @@ class RaceView(QWidget):
         self.preset_box.currentIndexChanged.connect(self._preset_chosen)
         row.addWidget(self.preset_box, 1)
         row.addWidget(QLabel("Proposer"))
-        self.proposer_box = QComboBox()
-        for key, label in PROPOSER_LABELS.items():
-            self.proposer_box.addItem(label, key)
+        self.proposer_box = proposer_box(lambda kind: kind.label.lower())
         row.addWidget(self.proposer_box)
         row.addWidget(QLabel("k"))
         self.k_box = QComboBox()
@@ -341,17 +346,14 @@ class RaceView(QWidget):
         self.model_info = dict(info or {})
         self.ready = info is not None
         self.has_draft = bool(info and info.get("draft"))
-        item = self.proposer_box.model().item(0)  # "draft model"
-        item.setEnabled(self.has_draft)
-        if not self.has_draft:
-            self.proposer_box.setCurrentIndex(1)
+        offer_proposers(self.proposer_box, self.has_draft)
         t = (self.model_info.get("target") or {}).get("name")
         self.status.setText(f"Ready: {t}" if self.ready else "Load models to race.")
         server = self.model_info.get("server")
-        if server and not server.get("can_race"):  # a server that no request can switch to standard
+        if server is not None and not server.can_race:  # a server that no request can switch to standard
             self.ready = False
             self.status.setWordWrap(True)
-            self.status.setText("This server cannot be raced: " + server.get("race_note", ""))
+            self.status.setText("This server cannot be raced: " + server.race_note)
         self._update_buttons()
 
     def models_failed(self, _message: str = "") -> None:
@@ -366,14 +368,15 @@ class RaceView(QWidget):
             self.max_tokens.setValue(int(p["max_new_tokens"]))
 
     # -- racing ---------------------------------------------------------------------------
-    def settings(self) -> dict:
-        return {
-            "proposer": self.proposer_box.currentData(),
-            "draft_tokens": self.k_box.currentData(),
-            "max_new_tokens": self.max_tokens.value(),
-            "temperature": round(self.temperature.value(), 4),
-            "seed": self.seed.value(),
-        }
+    def settings(self) -> DecodeSettings:
+        """The race's settings (a proposer that needs a draft falls back when none is loaded)."""
+        return DecodeSettings(
+            max_new_tokens=self.max_tokens.value(),
+            sampling=SamplingParams(round(self.temperature.value(), 4)),
+            draft_tokens=self.k_box.currentData(),
+            seed=self.seed.value(),
+            proposer=usable_proposer(self.proposer_box.currentData(), self.has_draft),
+        )
 
     def start(self, text: str | None = None) -> bool:
         if not isinstance(text, str):
@@ -382,15 +385,13 @@ class RaceView(QWidget):
         if not text or not self.ready or self.active is not None or self.worker is None:
             return False
         s = self.settings()
-        if s["proposer"] == "draft" and not self.has_draft:
-            s["proposer"] = "prompt-lookup"
         self._next_id += 1
-        req = RaceRequest(request_id=self._next_id, prompt=text, **s)
+        req = RaceRequest(request_id=self._next_id, prompt=text, settings=s)
         self.active = req
         self.result = None
         self.waiting = True
-        self.lanes["standard"].reset("Standard decoding", req.max_new_tokens)
-        self.lanes["speculative"].reset(f"Speculative · {PROPOSER_LABELS[req.proposer]}", req.max_new_tokens)
+        self.lanes["standard"].reset("Standard decoding", s.max_new_tokens)
+        self.lanes["speculative"].reset(f"Speculative · {_proposer_label(s.proposer)}", s.max_new_tokens)
         self.summary.setText("")
         self.status.setText("Waiting for the device (warm-up, or a chat answer still running)…")
         self._update_buttons()

@@ -27,23 +27,20 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from .worker import DEFAULT_DRAFT_TOKENS, RequestTracker, _one_line, decode_settings, step_batches
+from specdec_core.settings import DecodeSettings  # light: no torch
+
+from .worker import RequestTracker, _one_line, default_settings, step_batches
 
 
 @dataclass(frozen=True)
 class RaceRequest:
-    """One race. Plain values only: the GUI builds it without torch."""
+    """One race. Plain values only: the GUI builds it without torch. The settings' proposer
+    drives the speculative lane; their mode is each lane's own."""
 
     request_id: int
     prompt: str
     system: str = ""
-    proposer: str = "draft"  # "draft" | "prompt-lookup"
-    draft_tokens: int | str = DEFAULT_DRAFT_TOKENS
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
+    settings: DecodeSettings = field(default_factory=lambda: default_settings().replace(max_new_tokens=128))
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     def messages(self) -> list[dict[str, str]]:
@@ -87,8 +84,7 @@ class RaceWorker(QObject):
         try:
             from specdec_core.race import start_race  # lazily, in this thread
 
-            settings = decode_settings(req)
-            race = start_race(engine, engine.encode_chat(req.messages()), settings, req.proposer, req.cancel)
+            race = start_race(engine, engine.encode_chat(req.messages()), req.settings, req.cancel)
             self.started.emit(req.request_id)
             for batch in step_batches(race, event_of=lambda rev: rev.event):
                 stats = {lane: race.lane_stats(lane) for lane in {rev.lane for rev in batch}}

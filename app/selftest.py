@@ -23,11 +23,12 @@ def _wait(app, predicate, timeout: float) -> bool:
     return predicate()
 
 
-def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> int:
+def run_self_test(load_request, data_dir: str | None = None, timeout: float = 900.0, out=None) -> int:
+    """Open the window on `load_request` (the models the command line named), chats under
+    `data_dir` (None: a fresh temporary folder)."""
     from PySide6.QtWidgets import QApplication
 
     from .gui_gc import GuiThreadCollector
-    from .main import load_request_from_args
     from .main_window import MainWindow
     from .theme import apply_theme
 
@@ -42,8 +43,8 @@ def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> 
     app = QApplication.instance() or QApplication(["specdec-chat"])
     collector = GuiThreadCollector(app)  # as in the app: cycles collected in the GUI thread only
     theme = apply_theme(app, "light")
-    data_dir = args.data_dir or tempfile.mkdtemp(prefix="specdec-selftest-")
-    win = MainWindow(data_dir, theme, load_request or load_request_from_args(args))
+    data_dir = data_dir or tempfile.mkdtemp(prefix="specdec-selftest-")
+    win = MainWindow(data_dir, theme, load_request)
     win.show()
     check("window opens", win.isVisible())
     state = {"loaded": False, "error": None}
@@ -62,7 +63,7 @@ def run_self_test(args, load_request=None, timeout: float = 900.0, out=None) -> 
         for mode, expected in (("standard", {"standard"}), ("speculative", SPECULATIVE_KINDS)):
             win.side_panel.set_mode(mode)
             if mode == "speculative" and not win.side_panel.has_draft:
-                win.side_panel.proposer.setCurrentIndex(1)
+                win.side_panel.proposer.setCurrentIndex(win.side_panel.proposer.findData("prompt-lookup"))
             done = {"reason": None}
             conn = win.message_done.connect(lambda r: done.update(reason=r))
             sent = win.send("Say hello in five words.")

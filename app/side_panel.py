@@ -2,7 +2,9 @@
 sampling settings, and the loaded models. Reads settings, shows numbers; never runs anything.
 
 Every number it shows is a field of the engine's Stats (running while a message streams, final
-when it ends), written by app/figures.py; it computes none itself."""
+when it ends), written by app/figures.py; it computes none itself. With a server as the target
+(`show_target`) the toggle shows what the server does, the draft length and proposer rows go
+(the server's own settings), and each answer's figures carry what the server reported."""
 
 from __future__ import annotations
 
@@ -26,9 +28,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specdec_core.contract import ServerInfo  # light: no torch
+from specdec_core.server.generation import figure_notes
+from specdec_core.settings import DEFAULT_DRAFT_TOKENS, PROPOSER_KINDS, DecodeSettings, SamplingParams, usable_proposer
+
 from . import figures
 from .theme import Theme
-from .worker import DEFAULT_DRAFT_TOKENS
+
+
+MODE_TIP = "Standard ↔ speculative: takes effect from the next message, no reload"
+# what the toggle says while a server decodes (short enough for the panel at its narrowest; the
+# tooltip says the rest)
+SERVER_MODE_TEXT = {
+    "speculative": "⚡ Speculative, by the server",
+    "standard": "Standard, by the server",
+    "server": "Decoding by the server",
+}
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -200,12 +215,10 @@ class SidePanel(QScrollArea):
         self.mode_button.setObjectName("ModeToggle")
         self.mode_button.setCheckable(True)
         self.mode_button.setChecked(True)
-        self.mode_button.setToolTip("Standard ↔ speculative: takes effect from the next message, no reload")
+        self.mode_button.setToolTip(MODE_TIP)
         self.mode_button.toggled.connect(self._mode_toggled)
         form.addRow(self.mode_button)
-        self.proposer = QComboBox()
-        self.proposer.addItem("Draft model", "draft")
-        self.proposer.addItem("Prompt lookup", "prompt-lookup")
+        self.proposer = proposer_box()
         form.addRow("Proposer", self.proposer)
         krow = QHBoxLayout()
         self.k_spin = QSpinBox()
@@ -220,6 +233,8 @@ class SidePanel(QScrollArea):
         krow.addWidget(self.k_spin)
         krow.addWidget(self.adaptive)
         form.addRow("Draft length", krow)
+        # the proposer and draft-length rows: the server's own settings while it is the target
+        self._decoding, self._local_rows = form, (form.rowCount() - 2, form.rowCount() - 1)
         col.addWidget(dec)
 
         # -- sampling ----------------------------------------------------------------
@@ -276,6 +291,45 @@ class SidePanel(QScrollArea):
         self.adaptive.setEnabled(speculative)
         self.settings_changed.emit()
 
+    def show_target(self, server: ServerInfo | None) -> None:
+        """After a load: a server as the target (its mode fixed, its own drafting), or models here
+        (None: every setting back)."""
+        local = server is None
+        tunable = local or server.can_toggle  # a `specdec serve` takes every setting with each request
+        for row in self._local_rows:
+            self._decoding.setRowVisible(row, tunable)
+        self.mode_button.setEnabled(tunable)
+        if tunable:
+            self.mode_button.setToolTip(MODE_TIP)
+            self._mode_toggled(self.mode_button.isChecked())
+            if not local:
+                self._show_server_models(server)
+            return
+        self.mode_button.blockSignals(True)  # no request can change what the server does
+        self.mode_button.setChecked(server.mode != "standard")
+        self.mode_button.blockSignals(False)
+        self.mode_button.setText(SERVER_MODE_TEXT.get(server.mode, SERVER_MODE_TEXT["server"]))
+        self.mode_button.setToolTip(server.race_note)
+        for w in (self.proposer, self.k_spin, self.adaptive):
+            w.setEnabled(False)
+        self._show_server_models(server)
+
+    def _show_server_models(self, server: ServerInfo) -> None:
+        what = {"exact": "every token coloured by its kind, as the server's engine decided it",
+                "per token": "every token coloured from the server's draft counters",
+                "none": "the server reports no origin per token: its tokens are <i>server</i>"}
+        self.target_label.setToolTip(server.model)  # llama-server names a model by its file path
+        self.target_label.setText(
+            f"<b>Target</b>: {html.escape(server.model.replace(chr(92), '/').rsplit('/', 1)[-1])}<br>"
+            f"{html.escape(server.engine)} server at {html.escape(server.url)}<br>{what.get(server.colours, '')}")
+        if server.speculative:
+            how = f" ({html.escape(server.proposer)})" if server.proposer else ""
+            self.draft_label.setText(f"<b>Draft</b>: the server's own{how}")
+        elif server.speculative is False:
+            self.draft_label.setText("<b>Draft</b>: none on the server (standard decoding)")
+        else:
+            self.draft_label.setText("<b>Draft</b>: the server does not say")
+
     @property
     def mode(self) -> str:
         return "speculative" if self.mode_button.isChecked() else "standard"
@@ -283,27 +337,23 @@ class SidePanel(QScrollArea):
     def set_mode(self, mode: str) -> None:
         self.mode_button.setChecked(mode == "speculative")
 
-    def settings(self) -> dict:
-        return {
-            "mode": self.mode,
-            "proposer": self.proposer.currentData(),
-            "draft_tokens": "adaptive" if self.adaptive.isChecked() else self.k_spin.value(),
-            "temperature": self.temperature.value(),
-            "top_k": self.top_k.value(),
-            "top_p": self.top_p.value(),
-            "seed": self.seed.value(),
-            "max_new_tokens": self.max_new.value(),
-        }
+    def settings(self) -> DecodeSettings:
+        """The next message's settings (a proposer that needs a draft falls back when none is loaded)."""
+        return DecodeSettings(
+            max_new_tokens=self.max_new.value(),
+            sampling=SamplingParams(self.temperature.value(), self.top_k.value(), self.top_p.value()),
+            draft_tokens="adaptive" if self.adaptive.isChecked() else self.k_spin.value(),
+            seed=self.seed.value(),
+            mode=self.mode,
+            proposer=usable_proposer(self.proposer.currentData(), self.has_draft),
+        )
 
     # -- models ---------------------------------------------------------------------------
     def set_models(self, target: dict | None, draft: dict | None) -> None:
         self.target_label.setText(_model_html("Target", target))
         self.draft_label.setText(_model_html("Draft", draft) if draft else "<b>Draft</b>: none (prompt lookup only)")
         self.has_draft = draft is not None
-        item = self.proposer.model().item(0)
-        item.setEnabled(self.has_draft)
-        if not self.has_draft:
-            self.proposer.setCurrentIndex(1)
+        offer_proposers(self.proposer, self.has_draft)
 
     def set_models_text(self, text: str) -> None:
         self.target_label.setText(text)
@@ -344,6 +394,36 @@ class SidePanel(QScrollArea):
             stats.get("stop_reason", ""), stats.get("stop_reason", ""))
         bits.append(reason or "generating…")
         self.summary.setText(" · ".join(bits))
+
+    def show_server_figures(self, stats: dict) -> None:
+        """After an answer from a server: what the server itself reported about it (its own
+        tok/s, drafted and accepted, where the figures came from), below the message's numbers."""
+        server = stats.get("server")
+        if not server:
+            return
+        self.m_k.caption.setText("k (the server's)")  # not the hidden adaptive setting
+        bits = [f"{html.escape(server.get('engine', '?'))} server"]
+        bits += [html.escape(note) for note in figure_notes(server, stats.get("draft_tokens", 0),
+                                                             stats.get("accepted_draft_tokens", 0))]
+        if server.get("error"):
+            bits.append(f"<b>cut off</b>: {html.escape(server['error'])}")
+        text = self.summary.text()
+        self.summary.setText((text + "<br>" if text else "") + " · ".join(bits))
+
+
+def proposer_box(label=lambda kind: kind.label) -> QComboBox:
+    """A menu of every proposer kind (settings.PROPOSER_KINDS), its data the kind's name."""
+    box = QComboBox()
+    for kind in PROPOSER_KINDS:
+        box.addItem(label(kind), kind.name)
+    return box
+
+
+def offer_proposers(box: QComboBox, has_draft: bool) -> None:
+    """Grey out the proposers that need a draft when none is loaded, and step off one of them."""
+    for i, kind in enumerate(PROPOSER_KINDS):
+        box.model().item(i).setEnabled(has_draft or not kind.needs_draft)
+    box.setCurrentIndex(box.findData(usable_proposer(box.currentData(), has_draft)))
 
 
 def _model_html(role: str, info: dict | None) -> str:

@@ -1,17 +1,18 @@
-"""Colours, stylesheet and icon from app/assets/ (light and dark)."""
+"""Colours, stylesheet and icon from the assets (assets/: palette.json, style.qss, icon.*),
+light and dark."""
 
 from __future__ import annotations
 
 import json
 from functools import lru_cache
-from pathlib import Path
 
+from specdec_core import assets
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 KINDS = ("accepted", "corrected", "bonus", "standard", "server")
-# what each kind means, in the words of the hover text (DESIGN.md, "Words")
+# what each kind means, in the words of the hover text (docs/architecture.md, "Words")
 KIND_HINTS = {
     "accepted": "a draft token the target kept",
     "corrected": "the target's token after it rejected a draft token",
@@ -23,15 +24,9 @@ KIND_HINTS = {
 KIND_LABELS = {kind: f"{kind} — {hint}" for kind, hint in KIND_HINTS.items()}
 
 
-def assets_dir() -> Path:
-    """app/assets/, inside the package: the same place in a source tree, an installed wheel
-    (package data) and a PyInstaller bundle (the spec ships them to app/assets)."""
-    return Path(__file__).resolve().parent / "assets"
-
-
 @lru_cache(maxsize=1)
 def _palettes() -> dict:
-    return json.loads((assets_dir() / "palette.json").read_text(encoding="utf-8"))
+    return json.loads(assets.read_text("palette.json"))
 
 
 def parse_color(text: str) -> QColor:
@@ -60,7 +55,7 @@ class Theme:
         return parse_color(self.values[name])
 
     def stylesheet(self) -> str:
-        qss = (assets_dir() / "style.qss").read_text(encoding="utf-8")
+        qss = assets.read_text("style.qss")
         for key, value in self.values.items():
             if isinstance(value, str):
                 qss = qss.replace(f"@{key}@", value)
@@ -115,7 +110,5 @@ def apply_theme(app: QApplication, mode: str = "auto") -> Theme:
 def app_icon() -> QIcon:
     icon = QIcon()
     for name in ("icon.svg", "icon.png"):
-        p = assets_dir() / name
-        if p.exists():
-            icon.addFile(str(p))
+        icon.addFile(str(assets.path(name)))
     return icon

@@ -1,13 +1,15 @@
-"""The background worker: loads models and runs generations in a QThread.
+"""The background worker: opens an engine and runs generations in a QThread.
 
-Rules (see DESIGN.md):
+Rules (docs/architecture.md):
 - this module does not import torch, transformers or specdec_core's engine at import time; the
-  engine is imported lazily inside the worker thread's slots;
+  engine is opened (specdec_core.engines.open_engine) inside the worker thread's slots;
+- it only adapts the engine (specdec_core.contract.EngineLike) to Qt: it calls the engine and
+  turns what comes back -- token events, Stats, a Fit that does not fit, errors -- into signals;
 - the worker never touches widgets: it only emits signals (queued to the GUI thread);
 - every generation request carries an id, echoed on each signal, so the GUI can drop anything
   from a request it no longer waits for (a stopped generation never lands in a newer message);
 - stop is cooperative: the GUI sets the request's threading.Event directly (thread-safe); the
-  decoder checks it between steps and the worker stops forwarding tokens at once;
+  engine checks it between steps and the worker stops forwarding tokens at once;
 - tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token,
   each carrying the engine's running Stats for exactly the tokens sent so far: the GUI shows
   those numbers and saves them with a stopped message; it never recomputes them from events.
@@ -26,16 +28,20 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from specdec_core.settings import DEFAULT_DRAFT_TOKENS, DecodeSettings  # light: no torch
+
 BATCH_SECONDS = 0.030
-# the app's draft length unless the user picks one: the adaptive controller (measured faster
-# than any fixed k on the built-in prompts, docs/speed-notes.md item 16); chat and race share it
-DEFAULT_DRAFT_TOKENS = "adaptive"
+
+
+def default_settings() -> DecodeSettings:
+    """The app's settings until the user changes them: the side panel starts from these."""
+    return DecodeSettings(draft_tokens=DEFAULT_DRAFT_TOKENS)
 
 
 @dataclass(frozen=True)
 class LoadRequest:
-    """What to load. `factory`, when given, replaces Engine.load: it is called in the worker
-    thread as factory(progress) and must return an Engine-like object (tests, self-test)."""
+    """What to open. `factory`, when given, replaces open_engine: it is called in the worker
+    thread as factory(progress) and must return an EngineLike (tests, self-test)."""
 
     target: str = "default"
     draft: str | None = "default"
@@ -52,30 +58,9 @@ class GenerateRequest:
 
     request_id: int
     messages: list[dict[str, str]]
-    mode: str = "speculative"  # "speculative" | "standard"
-    proposer: str = "draft"  # "draft" | "prompt-lookup"
-    draft_tokens: int | str = DEFAULT_DRAFT_TOKENS  # k, or "adaptive"
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    drop_oldest: int = 0  # conversation messages left out of the prompt (the chat keeps them)
+    settings: DecodeSettings = field(default_factory=default_settings)
+    dropped: int = 0  # oldest conversation messages left out of the prompt (the chat keeps them)
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
-
-
-def decode_settings(req: Any):
-    """A request's plain fields -> DecodeSettings. Call in the worker thread only (it imports
-    the engine, which imports torch)."""
-    from specdec_core.decoder import DecodeSettings
-    from specdec_core.sampling import SamplingParams
-
-    return DecodeSettings(
-        max_new_tokens=req.max_new_tokens,
-        sampling=SamplingParams(req.temperature, req.top_k, req.top_p),
-        draft_tokens=req.draft_tokens,
-        seed=req.seed,
-    )
 
 
 class RequestTracker:
@@ -129,23 +114,12 @@ def step_batches(items, event_of: Callable[[Any], Any] = lambda x: x,
         yield batch
 
 
-def _info_dict(loaded: Any) -> dict | None:
-    """LoadedModel.info -> a plain dict for the GUI (None when no model)."""
-    if loaded is None:
-        return None
-    info = getattr(loaded, "info", None)
-    keys = ("name", "source", "dtype", "quantization", "device", "memory_bytes", "load_seconds", "kernels")
-    d = {k: getattr(info, k, None) for k in keys}
-    d["notes"] = [str(n) for n in (getattr(info, "notes", None) or [])]  # what ran where, and why
-    return d
-
-
-def _stats_dict(stats: Any) -> dict:
-    if stats is None:
-        return {}
-    if hasattr(stats, "to_dict"):
-        return stats.to_dict()
-    return dict(stats)
+def describe(engine: Any) -> dict:
+    """What the GUI shows of an opened engine, as plain values: {"target": info dict, "draft":
+    info dict | None, "server": ServerInfo | None}."""
+    draft = engine.draft_info
+    return {"target": engine.target_info.to_dict(), "draft": draft.to_dict() if draft is not None else None,
+            "server": engine.server_info()}
 
 
 class Worker(QObject):
@@ -153,16 +127,16 @@ class Worker(QObject):
 
     # loading
     progress = Signal(str, float)  # message, fraction in [0, 1] or -1 when unknown
-    loaded = Signal(object)  # {"target": info-dict, "draft": info-dict | None}
+    loaded = Signal(object)  # describe(engine): {"target": info dict, "draft": info dict | None, "server": ...}
     load_failed = Signal(str)  # one line for a dialog
     # generation; every signal carries the request id first
     started = Signal(int)
     tokens = Signal(int, object, object)  # request id, [TokenEvent, ...], running Stats.to_dict()
     finished = Signal(int, object)  # request id, Stats.to_dict() (+ "text")
     failed = Signal(int, str)  # request id, message
-    # request id, {"prompt_tokens", "max_new_tokens", "context", "drop"}: the chat plus its answer
-    # budget does not fit the target's context; "drop" = the fewest oldest messages to leave out
-    # (counting those already left out), None when even the last turn alone does not fit
+    # request id, context.Fit: the chat plus its answer budget does not fit the target's context;
+    # its `drop` = the fewest oldest messages to leave out (counting those already left out),
+    # None when even the last turn alone does not fit
     too_long = Signal(int, object)
 
     # internal: queued hops from the GUI thread into the worker thread
@@ -202,43 +176,19 @@ class Worker(QObject):
             gc.collect()
         try:
             progress("Preparing models…", 0.0)
-            from specdec_core.server import is_server_spec  # light: no torch
-
             if request.factory is not None:
                 engine = request.factory(progress)
-            elif is_server_spec(request.target):
-                from specdec_core.server import connect
-
-                engine = connect(request.target, api_key=request.api_key, progress=progress)
             else:
-                from transformers.utils import logging as hf_logging  # lazily, in this thread
+                from specdec_core.engines import open_engine  # lazily, in this thread
 
-                from specdec_core.engine import Engine
-
-                # progress reaches the window through our signal; transformers' own
-                # per-file bars would only clutter the terminal the app was started from
-                hf_logging.disable_progress_bar()
-
-                engine = Engine.load(
-                    request.target,
-                    request.draft,
-                    device=request.device,
-                    dtype=request.dtype,
-                    quantization=request.quantization,
-                    progress=progress,
-                )
-                from specdec_core.models import last_load
-
-                last_load.save(engine.target, engine.draft)  # `specdec models` shows its notes
+                engine = open_engine(request.target, request.draft, device=request.device, dtype=request.dtype,
+                                     quantization=request.quantization, api_key=request.api_key, progress=progress)
         except Exception as exc:  # ModelError and anything else: one line for the dialog
             self.load_failed.emit(_one_line(exc))
             return
         self.engine = engine
         progress("Models ready", 1.0)
-        info = {"target": _info_dict(engine.target), "draft": _info_dict(engine.draft)}
-        if getattr(engine, "is_server", False):
-            info["server"] = engine.server_info()  # what the server is and tells (app/server_target.py)
-        self.loaded.emit(info)
+        self.loaded.emit(describe(engine))
 
     @Slot(object)
     def _generate(self, req: GenerateRequest) -> None:
@@ -251,21 +201,17 @@ class Worker(QObject):
         self._requests.begin(req)
         gen = None
         try:
-            settings = decode_settings(req)  # imports the engine lazily, in this thread
-            from specdec_core.context import drop_oldest
-
-            messages = drop_oldest(req.messages, req.drop_oldest)
-            prompt = self.engine.encode_chat(messages)
-            if not self._fits(req, messages, len(prompt)):
+            fit = self.engine.fit(req.messages, req.settings.max_new_tokens, req.dropped)
+            if not fit.fits:  # said at once, before any computing: the GUI offers to drop turns
+                self.too_long.emit(req.request_id, fit)
                 return
             self.started.emit(req.request_id)
             # a chat's next turn starts with the conversation so far: keep its cached prefix
-            gen = self.engine.generate(prompt, settings, mode=req.mode, proposer=req.proposer, cancel=req.cancel,
-                                       reuse_cache=True)
+            gen = self.engine.generate(fit.prompt, req.settings, cancel=req.cancel, reuse_cache=True)
             for batch in step_batches(gen, cancel=req.cancel):
                 # batches end at a step's end, where the running stats count exactly these tokens
-                self.tokens.emit(req.request_id, batch, _stats_dict(gen.snapshot()))
-            stats = _stats_dict(gen.stats)
+                self.tokens.emit(req.request_id, batch, gen.snapshot().to_dict())
+            stats = gen.stats.to_dict()
             if req.cancel.is_set():
                 stats["stop_reason"] = "cancelled"
             stats["text"] = gen.text
@@ -275,29 +221,15 @@ class Worker(QObject):
 
             if not isinstance(exc, ModelError):  # a server's error is news for the user, not a bug
                 traceback.print_exc()
-            partial = getattr(gen, "stats", None)
-            if getattr(gen, "events", None) and getattr(partial, "stop_reason", "") == "error":
+            if gen is not None and gen.events and gen.stats is not None and gen.stats.stop_reason == "error":
                 # a server's stream broke off midway: its figures for what arrived, marked as cut
-                stats = _stats_dict(partial)
+                stats = gen.stats.to_dict()
                 stats.update(text=gen.text, error=_one_line(exc))
                 self.finished.emit(req.request_id, stats)
             else:
                 self.failed.emit(req.request_id, _one_line(exc))
         finally:
             self._requests.end()
-
-    def _fits(self, req: GenerateRequest, messages: list, prompt_tokens: int) -> bool:
-        """Whether the prompt plus the answer budget fit the target's context; when not, say
-        at once (before any computing) how many oldest messages would have to go."""
-        context = getattr(self.engine, "context_length", None)
-        if context is None or prompt_tokens + req.max_new_tokens <= context:
-            return True
-        from specdec_core.context import messages_to_drop
-
-        n = messages_to_drop(messages, lambda m: len(self.engine.encode_chat(m)), req.max_new_tokens, context)
-        self.too_long.emit(req.request_id, {"prompt_tokens": prompt_tokens, "max_new_tokens": req.max_new_tokens,
-                                            "context": context, "drop": None if n is None else req.drop_oldest + n})
-        return False
 
 
 def _one_line(exc: BaseException) -> str:

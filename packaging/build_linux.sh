@@ -53,7 +53,7 @@ EXE="$DIST/$NAME/$NAME"
 [[ -x "$EXE" ]] || { echo "build failed: $EXE missing" >&2; exit 1; }
 
 # Desktop integration files beside the executable (used by a user install or an AppImage).
-cp "$ROOT/app/assets/icon.png" "$DIST/$NAME/$NAME.png"
+cp "$ROOT/assets/icon.png" "$DIST/$NAME/$NAME.png"
 cat > "$DIST/$NAME/$NAME.desktop" <<DESKTOP
 [Desktop Entry]
 Type=Application

@@ -1,8 +1,8 @@
-"""Draft length: fixed k, or an adaptive controller driven by what it measures.
+"""Draft length and source: fixed, or an adaptive controller driven by what it measures.
 
-The rule (documented in README, "Adaptive draft length"):
+The rule (README, "Adaptive draft length"):
 
-1. Within a step the draft keeps proposing, up to k_max (16) tokens, while its own
+1. Within a step the draft model keeps proposing, up to k_max (16) tokens, while its own
    probability that everything it proposed so far is right -- the product of its
    probabilities of its picks -- stays at least a threshold; the token that takes it below
    is still proposed. The decision depends on the draft's own values only, so the
@@ -12,60 +12,98 @@ The rule (documented in README, "Adaptive draft length"):
    and divided by the measured plain step time, then divided by the draft's calibration
    (tokens kept / tokens its confidences expected, decayed sums: a small draft is often
    surer than it is right); clamped to [0.2, 0.9], 0.5 until measured. A token worth
-   proposing is accepted with at least that chance. On the project's 2-core
-   CPU it settles near 0.7-0.9 (a drafted token ~0.37 of a step, each verified row ~0.25, a
-   calibration of ~0.8-0.9); on a GPU, where both costs are small, drafts run long.
-   A proposer without a confidence (prompt lookup) cannot stop itself: for it the draft
-   length is a cap instead, starting at 4, +2 after a step whose full draft was accepted, -1
-   after a rejection (1..k_max).
-3. Speculate or not: the controller keeps two measured rates, tokens per second of
-   speculative steps (emitted tokens / (draft + verify time)) and of plain target steps
-   (1 / time of a one-token step), each an exponential average. It speculates while the
-   speculative rate is at least the plain one, otherwise takes plain steps (k = 0), and
-   probes the other choice because both drift with the text: after `probe_every` steps, and
-   each probe that does not change the choice doubles the wait (up to `probe_max` steps; a
-   change resets it), so a prompt where one choice keeps winning pays for few probes. A
-   probe's rate replaces the probed choice's old one (stale by then), so one good probe can
-   switch. The plain rate is measured with one plain step after the first two speculative
-   ones. The draft's time reading the text of plain steps before a probe (the proposal's
-   catch-up) is a cost of switching, not of the drafted tokens, and counts in neither rate.
+   proposing is accepted with at least that chance.
+3. Prompt lookup is judged per proposal, by the length n of the match it found (the last n
+   tokens occurred before): what followed a 1-token match is rarely what comes next, what
+   followed an 8-token match in an edit or a summary usually is (docs/speed-notes.md). For
+   each n the controller keeps a per-token acceptance beta_n (tokens kept against
+   rejections, decayed, from a prior), and plans for each n the length k that maximises
+   E(k) / (1 + k r) -- E(k) = 1 + beta_n + ... + beta_n^k tokens for the cost of a plain
+   step and k verified rows of r each -- or 0 where even that best rate is below the
+   alternative: a draft step's measured rate when the draft is on, else a plain step's.
+4. The draft model: the controller keeps measured rates -- tokens per second of plain target
+   steps (1 / the time of a one-token step) and of draft steps (emitted / (drafting +
+   verification time)), each an exponential average -- and lets the draft propose while its
+   rate is at least the plain one. Once it lost, it is probed again after `probe_every`
+   steps; a probe that does not change the choice doubles the wait (up to `probe_max`), a
+   change resets it; a probe's rate replaces the stale one. While the draft speculates, a
+   plain step every `probe_max` steps keeps the plain rate current.
+5. Start plain: the draft model reads nothing -- not even the prompt -- until speculation is
+   predicted to pay. The prediction costs nothing a standard step does not compute: the
+   target's own margins (greedy: top-1 minus top-2 logit, which every greedy step takes for
+   the near-tie check) say how predictable the text is. On the embedded pair the draft
+   agreed with the target on 96-100% of the tokens whose margin was >= 2 and on 43-81% of the
+   others (17 bench prompts, speed notes), so the running share s of such tokens predicts
+   its acceptance as 0.6 + 0.36 s. With that and the costs (a drafted token and a verified
+   row, measured, or before the first draft step from the prompt's prefill and a prior), the
+   draft starts once the tokens it is expected to save over the next tokens outweigh its
+   read of the text so far; "the next tokens" being as many as the answer has had so far
+   (at least 16, at most 64, never past the budget): a long answer is likely to go on, a
+   short one may be about to end. A step whose text the draft has not read pays that read
+   apart (the proposal's catch-up), which counts in neither rate: it is the price of
+   switching, not of the drafted tokens. Lookup reads nothing and may propose at once.
+   The first step after the prefill is plain: it measures what not speculating costs.
 
 Why the draft's running confidence and not a draft length from the textbook
 E(k) = (1 - alpha^(k+1)) / (1 - alpha): real text is not i.i.d. -- code has long runs the
 draft is sure of, chat has forks it is not -- and the draft's own probabilities see both as
 they come. Replayed on the built-in prompts (docs/speed-notes.md, item 12) this beat the
-earlier rule (a cap of 4, +2 after a fully accepted draft, -1 after a rejection, stop after
-any token below 0.4) on four of five prompts and tied on the fifth. The acceptance rate alpha
-is still estimated and reported.
+earlier rule on four of five prompts and tied on the fifth. The acceptance rate alpha is still
+estimated and reported.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .proposers.base import DRAFT, LOOKUP, MATCH_MAX, DraftPlan
+
+# Prompt lookup's per-token acceptance by match length before any is measured (index n, the
+# last bucket holding every match of MATCH_MAX tokens or more): from the embedded pair's greedy
+# answers to the bench prompts, all categories (speed notes).
+LOOKUP_PRIOR = (0.0, 0.3, 0.55, 0.65, 0.7, 0.72, 0.72, 0.72, 0.88)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """What one step after the prefill did and cost, as the decoder measured it."""
+
+    source: str  # DRAFT, LOOKUP, or "" for a plain step
+    proposed: int
+    accepted: int
+    draft_seconds: float  # producing the proposal, its catch-up read excluded
+    verify_seconds: float  # the target's pass
+    catchup_seconds: float = 0.0  # the draft's read of text it had not seen
+    catchup_tokens: int = 0  # how many tokens that read took in
+    expected_accepted: float | None = None  # the draft's own expectation (sum of its running confidences)
+    # greedy: the target's top-1 minus top-2 logit at each emitted token (None when sampling)
+    margins: list[float] | None = None
+    match: int = 0  # a lookup proposal's match length
+
 
 class FixedDraftLength:
-    min_confidence = 0.0  # fixed k means k: no early stop
+    """k tokens every step, from each source the proposer has; no early stop."""
 
-    def __init__(self, k: int):
+    def __init__(self, k: int, sources: tuple[str, ...] = (DRAFT,)):
         if k < 1:
             raise ValueError(f"draft length must be >= 1, got {k}")
         self.k = k
+        self._plan = DraftPlan(k if DRAFT in sources else 0, (0,) + (k if LOOKUP in sources else 0,) * MATCH_MAX)
 
-    def next_k(self) -> int:
-        return self.k
+    def plan(self, backlog: int = 0, remaining: int | None = None) -> DraftPlan:
+        return self._plan
 
-    def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
-                expected_accepted: float | None = None) -> None:
+    def observe_prefill(self, rows: int, seconds: float) -> None:
+        pass
+
+    def observe(self, outcome: StepOutcome) -> None:
         pass
 
 
 @dataclass
 class AdaptiveDraftLength:
+    sources: tuple[str, ...] = (DRAFT,)
     k_max: int = 16
-    confident: bool = True  # the proposer stops on its own confidence (rule 1); else a cap
-    cap_start: int = 4
-    cap: int | None = None  # the cap rule's current length (proposers without a confidence)
     threshold_start: float = 0.5  # until both costs are measured
     threshold_min: float = 0.2
     threshold_max: float = 0.9
@@ -73,6 +111,17 @@ class AdaptiveDraftLength:
     probe_every: int = 8
     probe_max: int = 32
     decay: float = 0.9
+    # rule 5: a drafted token's cost in plain steps before one was measured, the margin above
+    # which the target counts as sure of a token (and its weight in the running share), how
+    # that share maps to the draft's acceptance, how far ahead a read must pay for itself
+    draft_cost_prior: float = 0.35
+    sure_margin: float = 2.0
+    sure_weight: float = 0.25
+    alpha_floor: float = 0.6
+    alpha_slope: float = 0.36
+    horizon_min: int = 1
+    horizon_max: int = 64
+    read_margin: float = 1.5  # the savings must cover the read this many times over (a prediction, not a measurement)
     # pseudo-counts for alpha (reporting): a prior of 0.6 worth a handful of tokens
     accepted: float = 3.0
     trials: float = 5.0
@@ -80,27 +129,51 @@ class AdaptiveDraftLength:
     # (decayed sums; a prior of "calibrated" worth a couple of steps)
     kept: float = 2.0
     expected: float = 2.0
+    # rule 3: lookup's kept tokens and rejections per match length (decayed), from the prior
+    # worth `lookup_prior_weight` rejections
+    lookup_prior_weight: float = 2.0
+    lookup_kept: list[float] = field(default_factory=list)
+    lookup_lost: list[float] = field(default_factory=list)
     draft_per_token: float | None = None  # seconds
+    read_per_token: float | None = None  # seconds the draft takes to read a token of backlog
     row_cost: float | None = None  # extra verification time per proposed row, in plain steps
-    spec_rate: float | None = None  # tokens / s of speculative steps
+    prefill_row_seconds: float | None = None  # the prompt's prefill time per row (a prior for row_cost)
     plain_rate: float | None = None  # tokens / s of plain steps
-    _spec_steps: int = 0
-    _since_probe: int = 0
-    _probe_wait: int = 0  # steps between probes now (probe_every, doubled by each lost probe)
-    _probing: bool | None = None  # the choice a probe in flight is testing against, else None
+    draft_rate: float | None = None  # tokens / s of draft steps
+    draft_step_cost: float | None = None  # a draft step's time (drafting + verification) in plain steps
+    sure_share: float = 0.0  # EMA over emitted tokens of "the target was sure of it" (0 until it was)
+    lookup_share: float = 0.0  # EMA over emitted tokens of "lookup copied it"
+    lookup_weight: float = 0.1
+    emitted: int = 1  # tokens so far (the prefill's first)
+    draft_started: bool = False
+    _wait: int = 8  # steps between draft probes while it is off (doubled by each lost probe)
+    _since_draft: int = 0
+    _since_plain: int = 0
+    _probing: str | None = None  # what a probe this step tests (DRAFT, or "" for a plain step)
 
     def __post_init__(self) -> None:
-        if not self.confident and self.cap is None:
-            self.cap = self.cap_start
-        self._probe_wait = self.probe_every
+        self._wait = self.probe_every
+        w = self.lookup_prior_weight
+        self.lookup_kept = [b / (1 - b) * w for b in LOOKUP_PRIOR]
+        self.lookup_lost = [w] * len(LOOKUP_PRIOR)
 
+    # -- what the controller reports --------------------------------------------------------
     @property
     def alpha(self) -> float:
         return min(self.accepted / self.trials, 0.999) if self.trials > 0 else 0.0
 
     @property
-    def speculating(self) -> bool:
-        return self.plain_rate is None or self.spec_rate is None or self.spec_rate >= self.plain_rate
+    def calibration(self) -> float:
+        """Tokens kept / tokens the draft's confidences expected (1: calibrated; < 1:
+        overconfident), held to [0.5, 1.5] so a few odd steps cannot run away with it."""
+        return min(max(self.kept / self.expected, 0.5), 1.5) if self.expected > 0 else 1.0
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """c = draft time per token / time of a plain target step."""
+        if self.draft_per_token is None or self.plain_rate is None:
+            return None
+        return self.draft_per_token * self.plain_rate
 
     @property
     def min_confidence(self) -> float:
@@ -113,79 +186,170 @@ class AdaptiveDraftLength:
         return min(max((c + self.row_cost) / self.calibration, self.threshold_min), self.threshold_max)
 
     @property
-    def calibration(self) -> float:
-        """Tokens kept / tokens the draft's confidences expected (1: calibrated; < 1:
-        overconfident), held to [0.5, 1.5] so a few odd steps cannot run away with it."""
-        return min(max(self.kept / self.expected, 0.5), 1.5) if self.expected > 0 else 1.0
+    def rows(self) -> float:
+        """A verified row's cost in plain steps: measured, else the prompt's prefill per row."""
+        if self.row_cost is not None:
+            return self.row_cost
+        if self.prefill_row_seconds is not None and self.plain_rate is not None:
+            return self.prefill_row_seconds * self.plain_rate
+        return 0.25
 
-    def next_k(self) -> int:
-        if self.plain_rate is None and self._spec_steps >= 2:
-            return 0  # one plain step, to measure what not speculating costs
-        self._since_probe += 1
-        probe = self._since_probe >= self._probe_wait
-        if probe:
-            self._since_probe = 0
-            self._probing = self.speculating
-        if self.speculating != probe:  # speculating and not probing, or plain and probing
-            return self.k_max if self.confident else self.cap
-        return 0
+    @property
+    def draft_wins(self) -> bool:
+        """The draft's measured rate is at least a plain step's (True while unmeasured)."""
+        return self.draft_rate is None or self.plain_rate is None or self.draft_rate >= self.plain_rate
 
-    def observe(self, k: int, n_accepted: int, draft_seconds: float, verify_seconds: float,
-                expected_accepted: float | None = None) -> None:
-        seconds = draft_seconds + verify_seconds
+    def lookup_beta(self, n: int) -> float:
+        return self.lookup_kept[n] / (self.lookup_kept[n] + self.lookup_lost[n])
+
+    # -- rule 5 ----------------------------------------------------------------------------
+    @property
+    def predicted_alpha(self) -> float:
+        return min(self.alpha_floor + self.alpha_slope * self.sure_share, 0.95)
+
+    def predicted_gain(self) -> float:
+        """Tokens per plain-step time of draft steps over plain steps' 1, at the predicted
+        acceptance and the costs known now (the best fixed k of 1..8, i.i.d. acceptance)."""
+        c = self.cost_ratio if self.cost_ratio is not None else self.draft_cost_prior
+        return _best_rate(self.predicted_alpha, c + self.rows, 8)[1]
+
+    def draft_predicted_to_pay(self, backlog: int, remaining: int | None) -> bool:
+        """Start (or, after it lost, probe) the draft: do the tokens it is expected to save
+        over the next tokens outweigh reading `backlog` tokens first?"""
+        gain = self.predicted_gain()
+        if gain <= 1.0:
+            return False
+        horizon = min(max(self.horizon_min, self.emitted), self.horizon_max)
+        if remaining is not None:
+            horizon = min(horizon, remaining)
+        # tokens that lookup copies are fast already: the draft would save time on the others
+        saved = horizon * (1.0 - self.lookup_share) * (1.0 - 1.0 / gain)  # plain steps
+        return saved > self.read_margin * self.read_cost(backlog)
+
+    def read_cost(self, backlog: int) -> float:
+        """The draft's read of `backlog` tokens, in plain steps: measured per token, else a row
+        of the draft's long pass costing a draft token times a target row."""
+        if self.read_per_token is not None and self.plain_rate is not None:
+            return backlog * self.read_per_token * self.plain_rate
+        return backlog * (self.cost_ratio or self.draft_cost_prior) * self.rows
+
+    # -- the plan --------------------------------------------------------------------------
+    def plan(self, backlog: int = 0, remaining: int | None = None) -> DraftPlan:
+        """This step's plan. backlog: tokens the draft model would read before proposing (its
+        catch-up); remaining: the answer's budget left."""
+        self._probing = None
+        if self.plain_rate is None:
+            return DraftPlan()  # a plain step measures what not speculating costs
+        draft = 0
+        rival = 1.0  # tokens per plain-step time of the step lookup must beat
+        if DRAFT in self.sources:
+            self._since_draft += 1
+            if not self.draft_started:
+                on = self.draft_predicted_to_pay(backlog, remaining)
+                rival = self.predicted_gain() if on else 1.0
+            elif self.draft_wins:
+                on = True
+                # a draft step behind the text pays its read first: while lookup proposes, the
+                # draft falls behind, and each switch back costs that read
+                step = self.draft_step_cost or 1.0
+                rival = max(self.draft_rate / self.plain_rate * step / (step + self.read_cost(backlog)), 1.0)
+            else:
+                on = self._since_draft >= self._wait and self.draft_predicted_to_pay(backlog, remaining)
+                if on:
+                    self._probing = DRAFT
+            draft = self.k_max if on else 0
+        lookup = (0,) * (MATCH_MAX + 1)
+        if LOOKUP in self.sources:
+            r = self.rows
+            lookup = (0,) + tuple(self._lookup_length(n, r, rival) for n in range(1, MATCH_MAX + 1))
+        self._since_plain += 1
+        if draft and self.draft_started and self._probing is None and self._since_plain >= self.probe_max:
+            self._probing = ""  # a plain step keeps the plain rate current
+            return DraftPlan()
+        return DraftPlan(draft, lookup, self.min_confidence)
+
+    def _lookup_length(self, n: int, row: float, rival: float) -> int:
+        k, rate = _best_rate(self.lookup_beta(n), row, self.k_max)
+        return k if rate > rival else 0
+
+    # -- learning --------------------------------------------------------------------------
+    def observe_prefill(self, rows: int, seconds: float) -> None:
+        """The target's prompt pass: its time per row is a prior for a verified row's cost."""
+        if rows > 1 and seconds > 0:
+            self.prefill_row_seconds = seconds / rows
+
+    def observe(self, o: StepOutcome) -> None:
+        for m in o.margins or ():
+            self.sure_share = _ema(self.sure_share, 1.0 if m >= self.sure_margin else 0.0, self.sure_weight)
+        self.emitted += o.accepted + 1
+        for i in range(o.accepted + 1):  # the tokens lookup copied (not the target's own)
+            self.lookup_share = _ema(self.lookup_share, 1.0 if o.source == LOOKUP and i < o.accepted else 0.0,
+                                     self.lookup_weight)
+        probed, self._probing = self._probing, None
+        seconds = o.draft_seconds + o.verify_seconds
         if seconds <= 0:
             return
-        rate = (n_accepted + 1) / seconds
-        # A probe measures the choice not taken since the last switch: its old rate is stale
-        # (other text, other context length), so the probe replaces it rather than moving an
-        # average that one step could never turn.
-        fresh = self._probing is not None
-        if k == 0:
-            self.plain_rate = rate if self.plain_rate is None or fresh else _ema(self.plain_rate, rate, self.ema)
-        else:
-            self._observe_speculative(k, n_accepted, draft_seconds, verify_seconds, rate, fresh)
-            if expected_accepted is not None:
-                self.kept = self.decay * self.kept + n_accepted
-                self.expected = self.decay * self.expected + expected_accepted
-        if self._probing is not None:  # a probe's step: did it change the choice?
-            lost = self.speculating == self._probing
-            self._probe_wait = min(2 * self._probe_wait, self.probe_max) if lost else self.probe_every
-            self._probing = None
-
-    def _observe_speculative(self, k: int, n_accepted: int, draft_seconds: float,
-                             verify_seconds: float, rate: float, fresh: bool) -> None:
-        self._spec_steps += 1
-        self.spec_rate = rate if self.spec_rate is None or fresh else _ema(self.spec_rate, rate, self.ema)
-        self.accepted = self.decay * self.accepted + n_accepted
-        self.trials = self.decay * self.trials + n_accepted + (1 if n_accepted < k else 0)
-        if not self.confident:
-            if n_accepted < k:
-                self.cap = max(self.cap - 1, 1)
-            elif k >= self.cap:
-                self.cap = min(self.cap + 2, self.k_max)
-        per_tok = draft_seconds / k
-        self.draft_per_token = per_tok if self.draft_per_token is None else _ema(self.draft_per_token, per_tok, self.ema)
+        rate = (o.accepted + 1) / seconds
+        if not o.proposed:
+            self._since_plain = 0
+            fresh = probed == "" or self.plain_rate is None
+            self.plain_rate = rate if fresh else _ema(self.plain_rate, rate, self.ema)
+            return
         if self.plain_rate is not None:
             # a verification of k + 1 rows against a one-row plain step: what each proposed
             # row added (never below zero: a fast verification is not a gain per row)
-            row = max(verify_seconds * self.plain_rate - 1.0, 0.0) / k
+            row = max(o.verify_seconds * self.plain_rate - 1.0, 0.0) / o.proposed
             self.row_cost = row if self.row_cost is None else _ema(self.row_cost, row, self.ema)
+        if o.source == LOOKUP:
+            n = min(max(o.match, 1), MATCH_MAX)
+            self.lookup_kept[n] = self.decay * self.lookup_kept[n] + o.accepted
+            self.lookup_lost[n] = self.decay * self.lookup_lost[n] + (1 if o.accepted < o.proposed else 0)
+            return
+        self._observe_draft(o, rate, fresh=probed == DRAFT or self.draft_rate is None)
 
-    @property
-    def cost_ratio(self) -> float | None:
-        """c = draft time per token / time of a plain target step."""
-        if self.draft_per_token is None or self.plain_rate is None:
-            return None
-        return self.draft_per_token * self.plain_rate
+    def _observe_draft(self, o: StepOutcome, rate: float, fresh: bool) -> None:
+        self._since_draft = 0
+        wins_before = self.draft_wins
+        # a probe's rate replaces the stale one: other text, other context length by now
+        self.draft_rate = rate if fresh else _ema(self.draft_rate, rate, self.ema)
+        if self.draft_started and fresh:  # a probe: did it change the choice?
+            lost = self.draft_wins == wins_before
+            self._wait = min(2 * self._wait, self.probe_max) if lost else self.probe_every
+        self.draft_started = True
+        self.accepted = self.decay * self.accepted + o.accepted
+        self.trials = self.decay * self.trials + o.accepted + (1 if o.accepted < o.proposed else 0)
+        if self.plain_rate is not None:
+            cost = (o.draft_seconds + o.verify_seconds) * self.plain_rate
+            self.draft_step_cost = cost if self.draft_step_cost is None else _ema(self.draft_step_cost, cost, self.ema)
+        per_tok = o.draft_seconds / o.proposed
+        self.draft_per_token = per_tok if self.draft_per_token is None else _ema(self.draft_per_token, per_tok, self.ema)
+        if o.expected_accepted is not None:
+            self.kept = self.decay * self.kept + o.accepted
+            self.expected = self.decay * self.expected + o.expected_accepted
+        if o.catchup_seconds > 0 and o.catchup_tokens > 0:
+            per_read = o.catchup_seconds / o.catchup_tokens
+            self.read_per_token = per_read if self.read_per_token is None else _ema(self.read_per_token, per_read, self.ema)
+
+
+def _best_rate(beta: float, token_cost: float, k_max: int) -> tuple[int, float]:
+    """The k in 1..k_max maximising E(k) / (1 + k * token_cost), E(k) = 1 + beta + ... + beta^k
+    (i.i.d. acceptance at beta per token): (k, that rate in tokens per plain-step time)."""
+    best_k, best, run, term = 1, 0.0, 1.0, 1.0
+    for k in range(1, k_max + 1):
+        term *= beta
+        run += term
+        rate = run / (1.0 + k * token_cost)
+        if rate > best:
+            best_k, best = k, rate
+    return best_k, best
 
 
 def _ema(old: float, new: float, w: float) -> float:
     return (1 - w) * old + w * new
 
 
-def make_policy(draft_tokens: int | str, confident: bool = True):
-    """`draft_tokens`: an int k >= 1, or "adaptive". confident: the proposer stops on its own
-    confidence (a draft model); False for one that cannot (prompt lookup)."""
+def make_policy(draft_tokens: int | str, sources: tuple[str, ...] = (DRAFT,)):
+    """`draft_tokens`: an int k >= 1, or "adaptive"; `sources`: what the proposer drafts from."""
     if draft_tokens == "adaptive":
-        return AdaptiveDraftLength(confident=confident)
-    return FixedDraftLength(int(draft_tokens))
+        return AdaptiveDraftLength(sources=tuple(sources))
+    return FixedDraftLength(int(draft_tokens), tuple(sources))

@@ -19,66 +19,21 @@ import dataclasses
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 
 from .acceptance import greedy_verify, speculative_verify
-from .adaptive import make_policy
+from .adaptive import StepOutcome, make_policy
+from .context import check_fits, context_length
 from .detok import IncrementalDetokenizer
-from .events import EventSequence, Stats, TokenEvent, TokenKind
+from .events import EventStream, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
-from .proposers.base import Proposal, Proposer
-from .sampling import SamplingParams, SettingsError, probabilities
+from .proposers.base import DraftPlan, Proposal, Proposer
+from .sampling import greedy_picks, probabilities
+from .settings import DecodeSettings, SamplingParams, SettingsError
 
 
-@dataclass(frozen=True)
-class DecodeSettings:
-    max_new_tokens: int = 256
-    sampling: SamplingParams = SamplingParams()
-    draft_tokens: int | str = 4  # k >= 1, or "adaptive"
-    seed: int = 0  # the whole random stream of one generation derives from this
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise SettingsError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.draft_tokens != "adaptive":
-            if not isinstance(self.draft_tokens, int) or self.draft_tokens < 1:
-                raise SettingsError(f"draft length must be an integer >= 1 or 'adaptive', got {self.draft_tokens!r}")
-
-
-class ContextError(SettingsError):
-    """A prompt and its answer budget do not fit the target's context window. Raised before any
-    computing: a 40,000-token prompt for a 32,768-token model is refused at once."""
-
-    def __init__(self, prompt_tokens: int, max_new_tokens: int, context: int):
-        self.prompt_tokens, self.max_new_tokens, self.context = prompt_tokens, max_new_tokens, context
-        if prompt_tokens >= context:
-            msg = (f"the prompt is {prompt_tokens} tokens but the target's context holds {context} "
-                   f"(the prompt plus the answer): shorten it to under {context} tokens")
-        else:
-            msg = (f"the prompt ({prompt_tokens} tokens) plus max-new-tokens ({max_new_tokens}) is "
-                   f"{prompt_tokens + max_new_tokens} tokens, more than the target's context of {context}: "
-                   f"lower max-new-tokens to {context - prompt_tokens} or shorten the prompt")
-        super().__init__(msg)
-
-
-def context_length(model) -> int | None:
-    """The most positions the model was built for (config.max_position_embeddings), or None."""
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "get_text_config"):
-        config = config.get_text_config()
-    n = getattr(config, "max_position_embeddings", None)
-    return n if isinstance(n, int) and n > 0 else None
-
-
-def sample_seed(seed: int, index: int) -> int:
-    """Seed of sample `index` of a run seeded with `seed`: depends on those two only, so the
-    first m samples are the same whatever the number of samples asked for."""
-    return (seed * 1_000_003 + index * 7_919 + 0x5DEECE66D) % (2**63 - 1)
-
-
-class Generation(EventSequence):
+class Generation(EventStream):
     """Iterate for TokenEvents; afterwards `stats`, `token_ids`, `text` hold the result.
 
     While it runs, `snapshot()` is the engine's running Stats for the tokens handed out so far
@@ -108,12 +63,9 @@ class Generation(EventSequence):
         s = self.stats if self.stats is not None else self._running
         return dataclasses.replace(s, per_position_proposed=list(s.per_position_proposed),
                                    per_position_accepted=list(s.per_position_accepted),
-                                   draft_lengths=list(s.draft_lengths))
-
-    def run(self) -> Generation:
-        for _ in self:
-            pass
-        return self
+                                   draft_lengths=list(s.draft_lengths), steps_by_source=dict(s.steps_by_source),
+                                   proposed_by_source=dict(s.proposed_by_source),
+                                   accepted_by_source=dict(s.accepted_by_source))
 
     @property
     def text(self) -> str:
@@ -146,24 +98,18 @@ class Decoder:
         default: a benchmark or a race must pay every prompt's prefill."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
-        self.check_fits(len(prompt_ids), settings.max_new_tokens)
+        check_fits(len(prompt_ids), settings.max_new_tokens, self.context_length)
         detok = IncrementalDetokenizer(self.tokenizer)
         stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
         loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache)
         return Generation(loop, detok, stats)
-
-    def check_fits(self, prompt_tokens: int, max_new_tokens: int) -> None:
-        """Raise ContextError when the prompt plus the answer budget exceed the target's context."""
-        n = self.context_length
-        if n is not None and prompt_tokens + max_new_tokens > n:
-            raise ContextError(prompt_tokens, max_new_tokens, n)
 
     def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False) -> Iterator[TokenEvent]:
         params = settings.sampling
         rng = torch.Generator().manual_seed(settings.seed)
         policy = None
         if proposer is not None:
-            policy = make_policy(settings.draft_tokens, getattr(proposer, "stops_on_confidence", False))
+            policy = make_policy(settings.draft_tokens, proposer.sources)
         target = self.target
         if reuse_cache:
             stats.reused_prompt_tokens = target.keep_prefix(ids)
@@ -175,25 +121,30 @@ class Decoder:
         t0 = time.perf_counter()
         emitted = 0
         step = 0
+        no_plan = DraftPlan()
         while True:
             if cancel is not None and cancel.is_set():
                 stats.stop_reason = "cancelled"
                 break
             remaining = settings.max_new_tokens - emitted
-            # 1. propose; never more than the budget can take (k accepted + 1 target token).
-            # Step 0 is the target's prompt prefill alone, in both modes: the first token
-            # comes as fast as standard decoding gives it, from the same pass, and the draft
-            # reads the prompt in step 1.
-            proposal = Proposal([])
+            # 1. propose what the controller's plan allows; never more than the budget can take
+            # (k accepted + 1 target token). Step 0 is the target's prompt prefill alone, in
+            # both modes: the first token comes as fast as standard decoding gives it. An empty
+            # plan is a plain step, which costs what a standard step costs: nothing is asked of
+            # the proposer.
+            plan = no_plan
+            if policy is not None and step > 0 and remaining > 1:
+                plan = policy.plan(proposer.unread(ids), remaining - 1).clip(remaining - 1)
+            proposal = _NOTHING
             t_draft = time.perf_counter()
-            if proposer is not None and remaining > 1 and step > 0:
-                k = min(policy.next_k(), remaining - 1)
-                proposal = proposer.propose(ids, k, params, rng, policy.min_confidence)
+            if not plan.empty:
+                proposal = proposer.propose(ids, plan, params, rng)
                 stats.draft_forward_passes += proposal.forward_passes
             draft = proposal.tokens
             k = len(draft)
             t_verify = time.perf_counter()
             # 2. verify: one target pass over what its cache lacks plus the k proposals
+            n_fed = len(ids) - target.length + k
             pending = ids[target.length :]
             logits = target.forward(pending + draft, logits_to_keep=k + 1)  # [k+1, V]
             # 3. accept
@@ -213,16 +164,21 @@ class Decoder:
             # 5. roll back both caches to the committed prefix (all but the newest token)
             target.rollback(len(ids) - 1)
             if proposer is not None:
-                proposer.observe(ids, verdict.n_accepted)
-                # 6. the policy learns from the step's measured costs (not steps 0 and 1:
-                # their times include the target's and the draft's prompt prefill, not the
-                # cost of k); a step with nothing proposed measures a plain target step
-                if step > 1:
-                    policy.observe(k, verdict.n_accepted, t_verify - t_draft - proposal.catchup_seconds,
-                                   t_done - t_verify, proposal.expected_accepted)
+                if k:
+                    proposer.observe(ids, verdict.n_accepted)
+                # 6. the controller learns from the step's measured costs; the prompt's prefill
+                # (step 0) tells it what a row of a long pass costs before any verification ran
+                if step == 0:
+                    policy.observe_prefill(n_fed, t_done - t_verify)
+                else:
+                    policy.observe(StepOutcome(
+                        proposal.source, k, verdict.n_accepted, t_verify - t_draft - proposal.catchup_seconds,
+                        t_done - t_verify, proposal.catchup_seconds, proposal.catchup_tokens,
+                        proposal.expected_accepted, margins[: len(new)] if margins is not None else None,
+                        proposal.match))
             # the running stats count this step before its tokens are handed out, so whoever
             # reads them between steps sees figures for exactly the tokens it has
-            _count_step(stats, step, k, verdict.n_accepted, len(new), proposer is not None)
+            _count_step(stats, step, k, verdict.n_accepted, len(new), proposer is not None, proposal.source)
             stats.new_tokens = emitted
             stats.target_forward_passes = target.forward_passes
             if step == 0:
@@ -243,6 +199,7 @@ class Decoder:
                     t,
                     None if margins is None else margins[i],
                     k,
+                    proposal.source,
                 )
             step += 1
             if stats.stop_reason:  # set above: the last step's stats are complete with its tokens
@@ -254,11 +211,9 @@ class Decoder:
         """logits [k+1, V] -> (Verdict, margins [k+1] or None)."""
         k = len(draft)
         if params.greedy:
-            # no softmax: argmax is all greedy needs (argmax, not topk, to break exact ties
-            # the way generate() does); the top-2 margin says how close each call was.
-            argmax = torch.argmax(logits, dim=-1).tolist()
-            top2 = torch.topk(logits.float(), 2, dim=-1).values
-            margins = (top2[:, 0] - top2[:, 1]).tolist()
+            # no softmax: argmax is all greedy needs (the first of equal maxima, as generate()
+            # breaks exact ties); the top-2 margin says how close each call was.
+            argmax, margins = greedy_picks(logits)
             return greedy_verify(draft, argmax), margins
         p_target = probabilities(logits, params)  # [k+1, V]
         u_accept = torch.rand(k, generator=rng)
@@ -268,12 +223,18 @@ class Decoder:
         return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None
 
 
-def _count_step(stats: Stats, step: int, k: int, n_accepted: int, emitted: int, speculative: bool) -> None:
+_NOTHING = Proposal([])  # what a plain step proposes
+
+
+def _count_step(stats: Stats, step: int, k: int, n_accepted: int, emitted: int, speculative: bool,
+                source: str) -> None:
     """Add one verification step to the running stats (plain steps count only as passes)."""
     if speculative and step > 0:
         stats.last_draft_length = k
     if k == 0:
         return
+    for counts, n in ((stats.steps_by_source, 1), (stats.proposed_by_source, k), (stats.accepted_by_source, n_accepted)):
+        counts[source] = counts.get(source, 0) + n
     stats.speculative_steps += 1
     stats.speculative_step_tokens += emitted
     stats.draft_tokens += k

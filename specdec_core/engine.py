@@ -1,7 +1,8 @@
-"""The engine façade every front end uses (CLI, GUI worker, benchmark, race).
+"""The local engine: a target (and optionally a draft) loaded here, behind the one engine
+boundary (contract.EngineLike) that the CLI, the app's worker, the race and the bench use.
 
-It holds a loaded target (and optionally a draft), turns chat messages into prompt ids with
-the target's chat template, builds the proposer asked for and runs the decoder.
+It turns chat messages into prompt ids with the target's chat template, fits them to the
+context, builds the proposer the settings name and runs the decoder.
 """
 
 from __future__ import annotations
@@ -10,25 +11,36 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .decoder import DecodeSettings, Decoder, Generation
-from .proposers import DraftModelProposer, PromptLookupProposer, Proposer
+from .context import Fit, Messages, fit_chat
+from .contract import EngineError, ServerInfo
+from .decoder import Decoder, Generation
+from .models.types import LoadedModel, ModelInfo
+from .proposers import DraftModelProposer, LookupDraftProposer, PromptLookupProposer, Proposer
+from .settings import DecodeSettings, proposer_kind
 
-MODES = ("speculative", "standard")
-PROPOSERS = ("draft", "prompt-lookup")
+
+def _draft_proposer(engine: Engine) -> Proposer:
+    # the target's logits width (config, not weight shape: 4-bit weights are packed)
+    return DraftModelProposer(engine.draft.model, engine.vocab_size, lean=engine.draft.lean)
 
 
-class EngineError(ValueError):
-    """A request the loaded engine cannot serve; the message says how to fix it."""
+# How each of settings.PROPOSER_KINDS is built on a loaded pair (a kind that needs a draft is
+# only built when one is loaded).
+PROPOSER_BUILDERS: dict[str, Callable[[Engine], Proposer]] = {
+    "lookup+draft": lambda engine: LookupDraftProposer(_draft_proposer(engine)),
+    "draft": _draft_proposer,
+    "prompt-lookup": lambda _engine: PromptLookupProposer(),
+}
 
 
 @dataclass
 class Engine:
-    target: object  # specdec_core.models.LoadedModel
-    draft: object | None = None  # LoadedModel, or None: only standard / prompt lookup
+    target: LoadedModel
+    draft: LoadedModel | None = None  # None: only standard decoding and prompt lookup
 
     def __post_init__(self) -> None:
         self.tokenizer = self.target.tokenizer
-        self.decoder = Decoder(self.target.model, self.tokenizer, self.target.eos_token_ids, lean=getattr(self.target, "lean", None))
+        self.decoder = Decoder(self.target.model, self.tokenizer, self.target.eos_token_ids, lean=self.target.lean)
         self._proposers: dict[str, Proposer] = {}
 
     @classmethod
@@ -59,8 +71,33 @@ class Engine:
             check_compatible(t, d)
         return cls(t, d)
 
+    def fork(self) -> Engine:
+        """The same loaded models, its own decoder and proposers (so its own KV caches)."""
+        return Engine(self.target, self.draft)
+
+    # -- what is loaded ---------------------------------------------------------------------
+    @property
+    def target_info(self) -> ModelInfo:
+        return self.target.info
+
+    @property
+    def draft_info(self) -> ModelInfo | None:
+        return self.draft.info if self.draft is not None else None
+
+    @property
+    def context_length(self) -> int | None:
+        """The target's context window in tokens (None when its config does not say)."""
+        return self.decoder.context_length
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.model.config.get_text_config().vocab_size
+
+    def server_info(self) -> ServerInfo | None:
+        return None
+
     # -- prompts ---------------------------------------------------------------------------
-    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+    def encode_chat(self, messages: Messages) -> list[int]:
         """messages [{"role": "system"|"user"|"assistant", "content": ...}] -> prompt ids,
         through the target's own chat template, ending with the assistant's turn opener."""
         if getattr(self.tokenizer, "chat_template", None):
@@ -75,23 +112,24 @@ class Engine:
         """One user message through the chat template."""
         return self.encode_chat([{"role": "user", "content": text}])
 
-    @property
-    def context_length(self) -> int | None:
-        """The target's context window in tokens (None when its config does not say)."""
-        return self.decoder.context_length
+    def encode_text(self, text: str) -> list[int]:
+        """Raw text, no chat template (the tokenizer's own special tokens as it adds them)."""
+        return list(self.tokenizer(text)["input_ids"])
+
+    def count_tokens(self, messages: Messages) -> int:
+        return len(self.encode_chat(messages))
+
+    def fit(self, messages: Messages, max_new_tokens: int, dropped: int = 0) -> Fit:
+        return fit_chat(messages, max_new_tokens, self.context_length, self.encode_chat, len, dropped)
 
     # -- decoding --------------------------------------------------------------------------
     def new_proposer(self, name: str) -> Proposer:
-        """A fresh proposer with its own state (the race needs one the chat does not share)."""
-        if name not in PROPOSERS:
-            raise EngineError(f"unknown proposer {name!r}; choose one of: {', '.join(PROPOSERS)}")
-        if name == "prompt-lookup":
-            return PromptLookupProposer()
-        if self.draft is None:
-            raise EngineError("no draft model is loaded: pass --draft SPEC, or use --proposer prompt-lookup")
-        # the target's logits width (config, not weight shape: 4-bit weights are packed)
-        vocab = self.target.model.config.get_text_config().vocab_size
-        return DraftModelProposer(self.draft.model, vocab, lean=getattr(self.draft, "lean", None))
+        """A fresh proposer with its own state."""
+        kind = proposer_kind(name)
+        if kind.needs_draft and self.draft is None:
+            raise EngineError("no draft model is loaded: pass --draft SPEC, or use a proposer that needs none "
+                              "(--proposer prompt-lookup)")
+        return PROPOSER_BUILDERS[name](self)
 
     def proposer(self, name: str) -> Proposer:
         """The engine's own proposer of that kind, created once and reused across messages."""
@@ -99,17 +137,7 @@ class Engine:
             self._proposers[name] = self.new_proposer(name)
         return self._proposers[name]
 
-    def generate(
-        self,
-        prompt_ids: list[int],
-        settings: DecodeSettings = DecodeSettings(),
-        *,
-        mode: str = "speculative",
-        proposer: str = "draft",
-        cancel: threading.Event | None = None,
-        reuse_cache: bool = False,
-    ) -> Generation:
-        if mode not in MODES:
-            raise EngineError(f"unknown mode {mode!r}; choose one of: {', '.join(MODES)}")
-        prop = self.proposer(proposer) if mode == "speculative" else None
-        return self.decoder.generate(prompt_ids, settings, prop, cancel, reuse_cache=reuse_cache)
+    def generate(self, prompt: list[int], settings: DecodeSettings = DecodeSettings(), *,
+                 cancel: threading.Event | None = None, reuse_cache: bool = False) -> Generation:
+        prop = self.proposer(settings.proposer) if settings.speculative else None
+        return self.decoder.generate(prompt, settings, prop, cancel, reuse_cache=reuse_cache)

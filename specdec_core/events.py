@@ -47,6 +47,8 @@ class TokenEvent:
                        chosen. A small margin marks a near-tie that reduced precision may flip.
     text            -- the text this token adds to the decoded output ("" while a multi-byte
                        character is still incomplete; it then arrives with a later token).
+    source          -- what proposed this token's step: "draft" (the draft model) or "lookup"
+                       (copied from the conversation); "" for a step that proposed nothing.
     """
 
     token_id: int
@@ -57,6 +59,7 @@ class TokenEvent:
     t: float
     margin: float | None = None
     draft_length: int = 0
+    source: str = ""
 
 
 class EventSequence:
@@ -71,6 +74,24 @@ class EventSequence:
     @property
     def kinds(self) -> list[str]:
         return [e.kind.value for e in self.events]
+
+    @property
+    def sources(self) -> list[str]:
+        """Per token, what proposed its step: "draft", "lookup", or "" (a plain step)."""
+        return [e.source for e in self.events]
+
+
+class EventStream(EventSequence):
+    """An answer as it streams (contract.GenerationLike): iterate for its TokenEvents, which
+    it keeps in `events`; `run()` takes it to the end."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+    def run(self):
+        for _ in self:
+            pass
+        return self
 
 
 @dataclass(slots=True)
@@ -105,6 +126,10 @@ class Stats:
     reused_prompt_tokens: int = 0  # prompt tokens whose KV entries an earlier turn left in the cache
     mode: str = "standard"
     proposer: str | None = None
+    # per source of proposals ("draft", "lookup"): speculative steps, tokens proposed, kept
+    steps_by_source: dict[str, int] = field(default_factory=dict)
+    proposed_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     @property
     def tokens_per_second(self) -> float:
@@ -123,11 +148,6 @@ class Stats:
     def acceptance_rate(self) -> float:
         """alpha = accepted / proposed, over the speculative steps (0 when nothing was proposed)."""
         return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
-
-    @property
-    def decode_steps(self) -> int:
-        """Target verifications after the prefill (each emits >= 1 token)."""
-        return max(self.target_forward_passes - 1, 0)
 
     @property
     def mean_accepted_per_step(self) -> float:

@@ -26,10 +26,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .decoder import DecodeSettings, Decoder
-from .events import Divergence, EventSequence, Stats, TokenEvent, first_divergence
-from .events import near_tie_margin as _dtype_margin
-from .proposers import Proposer
+from .contract import EngineError, EngineLike, Prompt
+from .events import Divergence, EventSequence, Stats, TokenEvent, first_divergence, near_tie_margin
+from .settings import DecodeSettings
 
 LANES = ("standard", "speculative")
 
@@ -138,7 +137,6 @@ class RaceResult:
     def to_dict(self) -> dict:
         spec = self.speculative.stats
         d = self.divergence
-        s = self.settings
         return {
             "standard": self.standard.to_dict(),
             "speculative": self.speculative.to_dict(),
@@ -157,14 +155,7 @@ class RaceResult:
             "verdict": self.verdict,
             "proposer": self.proposer,
             "cancelled": self.cancelled,
-            "settings": {
-                "max_new_tokens": s.max_new_tokens,
-                "temperature": s.sampling.temperature,
-                "top_k": s.sampling.top_k,
-                "top_p": s.sampling.top_p,
-                "draft_tokens": s.draft_tokens,
-                "seed": s.seed,
-            },
+            "settings": self.settings.to_dict(),
             "clock": CLOCK_NOTE,
         }
 
@@ -200,6 +191,9 @@ class Race:
     def __iter__(self) -> Iterator[RaceEvent]:
         results = {n: LaneResult(n) for n in LANES}
         iters = {n: iter(self._lanes[n]) for n in LANES}
+        # a lane decoded elsewhere (a `specdec serve`) brings its engine's own clock in its events'
+        # `t`; waiting on the network or for the other lane's turn there is no compute of its own
+        own = {n for n in LANES if getattr(self._lanes[n], "own_clock", False)}
         running = list(LANES)
         cancelled = False
         while running:
@@ -211,11 +205,15 @@ class Race:
             try:
                 ev = next(iters[lane])
             except StopIteration as stop:
-                self.clocks[lane] += time.perf_counter() - t0
+                if lane not in own:
+                    self.clocks[lane] += time.perf_counter() - t0
                 results[lane].stats = stop.value if stop.value is not None else getattr(self._lanes[lane], "stats", None)
                 running.remove(lane)
                 continue
-            self.clocks[lane] += time.perf_counter() - t0
+            if lane in own:
+                self.clocks[lane] = max(self.clocks[lane], ev.t)
+            else:
+                self.clocks[lane] += time.perf_counter() - t0
             clock = self.clocks[lane]
             ev = dataclasses.replace(ev, t=clock)
             results[lane].events.append(ev)
@@ -244,30 +242,21 @@ class Race:
         return self.result
 
 
-def near_tie_margin(engine) -> float:
-    return _dtype_margin(getattr(getattr(engine.target, "info", None), "dtype", "float32"))
-
-
-def start_race(
-    engine,
-    prompt_ids: list[int],
-    settings: DecodeSettings = DecodeSettings(),
-    proposer: str | Proposer = "draft",
-    cancel: threading.Event | None = None,
-    warmup: bool = True,
-) -> Race:
-    """Set up a race on a loaded Engine: two fresh decoders over the same target (each lane its
-    own KV cache), one fresh proposer. `proposer` is a name, or a Proposer object (tests)."""
+def start_race(engine: EngineLike, prompt: Prompt, settings: DecodeSettings = DecodeSettings(),
+               cancel: threading.Event | None = None, warmup: bool = True) -> Race:
+    """Set up a race on an engine: two forks of it (each lane its own KV caches), the standard
+    lane with the settings' mode set to standard, the speculative lane with the settings'
+    proposer. EngineError where the engine cannot be raced (a server that drafts on every request)."""
+    server = engine.server_info()
+    if server is not None and not server.can_race:
+        raise EngineError(server.race_note)
     cancel = cancel if cancel is not None else threading.Event()
-    prop = engine.new_proposer(proposer) if isinstance(proposer, str) else proposer
-    t = engine.target
-    lanes_dec = {n: Decoder(t.model, engine.tokenizer, t.eos_token_ids) for n in LANES}
-    props = {"standard": None, "speculative": prop}
+    lanes = {n: engine.fork() for n in LANES}
+    lane_settings = {n: settings.replace(mode=n) for n in LANES}
     if warmup:
-        warm = DecodeSettings(max_new_tokens=2, sampling=settings.sampling, draft_tokens=settings.draft_tokens,
-                              seed=settings.seed)
-        head = list(prompt_ids[:16])
+        head = list(prompt[:16])
         for n in LANES:
-            lanes_dec[n].generate(head, warm, props[n], cancel).run()
-    lanes = {n: lanes_dec[n].generate(prompt_ids, settings, props[n], cancel) for n in LANES}
-    return Race(lanes, cancel, getattr(prop, "name", str(proposer)), settings, near_tie_margin(engine))
+            lanes[n].generate(head, lane_settings[n].replace(max_new_tokens=2), cancel=cancel).run()
+    gens = {n: lanes[n].generate(prompt, lane_settings[n], cancel=cancel) for n in LANES}
+    margin = near_tie_margin(engine.target_info.dtype)
+    return Race(gens, cancel, settings.proposer, settings, margin)

@@ -7,8 +7,7 @@ acceptance test speak about the same kind of distribution.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import numpy as np
 import torch
 from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
@@ -16,30 +15,35 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-
-class SettingsError(ValueError):
-    """Sampling settings out of range; the message says what and how to fix it."""
+from .settings import SamplingParams  # defined with the other settings (no torch there)
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+def greedy_picks(logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    """logits [rows, V] -> (each row's argmax, its top-1 minus top-2 logit).
 
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
+    The first of equal maxima wins, as torch.argmax and generate() pick it. On a CPU through
+    NumPy: torch 2.13's argmax and topk over a 152k vocabulary took 2 and 4 ms a row here,
+    NumPy's passes ~0.1 ms -- at ~50 ms a target step, the difference was 12% of every step.
+    """
+    if logits.device.type != "cpu":
+        top2 = torch.topk(logits.float(), 2, dim=-1).values
+        return torch.argmax(logits, dim=-1).tolist(), (top2[:, 0] - top2[:, 1]).tolist()
+    rows = logits.detach().float().numpy()
+    picks, margins = [], []
+    for row in rows:
+        i = int(row.argmax())
+        rest = max(row[:i].max(initial=-np.inf), row[i + 1 :].max(initial=-np.inf))
+        picks.append(i)
+        margins.append(float(row[i] - rest))
+    return picks, margins
 
-    def __post_init__(self) -> None:
-        if not self.temperature >= 0:  # also catches NaN
-            raise SettingsError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.top_k < 0:
-            raise SettingsError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise SettingsError(f"top-p must be in (0, 1] (1 = off), got {self.top_p}")
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
+def top_probability(logits: torch.Tensor) -> tuple[int, float]:
+    """logits [V] -> (argmax, its softmax probability): a greedy draft's pick and its confidence
+    in it, in two NumPy passes (torch's argmax and softmax cost ~3 ms a 152k row here)."""
+    row = logits.detach().float().cpu().numpy()
+    i = int(row.argmax())
+    return i, float(1.0 / np.exp(row - row[i]).sum())
 
 
 def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -9,7 +9,8 @@ import torch
 
 from specdec_core.acceptance import accept_mask, greedy_verify, residual, speculative_verify, step_token_kind
 from specdec_core.events import TokenKind
-from specdec_core.sampling import SamplingParams, SettingsError, probabilities, sample_from
+from specdec_core.sampling import probabilities, sample_from
+from specdec_core.settings import SamplingParams, SettingsError
 
 # ---------------------------------------------------------------------------------------------
 # Greedy: accept while draft == target argmax, then the target's argmax.

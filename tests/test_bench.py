@@ -3,7 +3,6 @@ the transformers baselines' clean settings, aggregation arithmetic, one-line inp
 
 import copy
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -75,7 +74,7 @@ def test_report_schema(greedy_report):
         assert {"name", "source", "dtype", "quantization", "device", "memory_bytes"} <= set(rep["models"][role])
     assert rep["command"].startswith("specdec bench ") and "--baseline hf" in rep["command"]
     names = [m["name"] for m in rep["modes"]]
-    assert names == ["standard", "speculative k=1", "speculative k=3", "speculative adaptive",
+    assert names == ["standard", "default", "speculative k=1", "speculative k=3", "speculative adaptive",
                      "prompt-lookup k=3", "hf-generate", "hf-assisted"]
     assert len(rep["rows"]) == len(PROMPTS) * len(names)
     for row in rep["rows"]:
@@ -87,16 +86,20 @@ def test_report_schema(greedy_report):
         assert row["tokens_per_second"] > 0 and row["latency_s"] > 0 and 0 < row["ttft_s"] <= row["latency_s"]
         assert row["peak_memory_bytes"] > 0 and 0 < row["new_tokens"] <= 12
         assert row["target_forward_passes"] >= 1
-        if row["kind"] in ("speculative", "prompt-lookup"):
-            assert 0 <= row["acceptance_rate"] <= 1
+        if row["kind"] in ("speculative", "prompt-lookup", "default"):
+            if row["draft_tokens"] == "adaptive" and not row["repeats"][0]["kinds"]["accepted"] \
+                    and row["acceptance_rate"] is None:
+                pass  # the controller started plain and never found it worth proposing: no alpha, not 0
+            else:
+                assert 0 <= row["acceptance_rate"] <= 1
             assert all(v is None or 0 <= v <= 1 for v in row["per_position_acceptance"])
-        if row["kind"] in ("speculative", "hf-assisted"):
+        if row["kind"] == "hf-assisted" or (row["kind"] == "speculative" and row["draft_tokens"] != "adaptive"):
             assert row["draft_forward_passes"] > 0
         if row["kind"] == "standard":
             assert row["acceptance_rate"] is None and row["draft_forward_passes"] == 0
             assert row["mean_accepted_per_step"] is None and row["plain_step_share"] is None  # nothing proposed
         assert row["decode_tokens_per_second"] > 0
-        if row["kind"] in ("standard", "speculative", "prompt-lookup"):  # ours: the engine's Stats
+        if row["kind"] in ("standard", "default", "speculative", "prompt-lookup"):  # ours: the engine's Stats
             kinds = row["repeats"][0]["kinds"]
             assert sum(kinds.values()) == row["new_tokens"]
             assert kinds["bonus"] <= kinds["accepted"]  # a bonus needs all of its step's k >= 1 kept
@@ -116,7 +119,7 @@ def test_report_schema(greedy_report):
 def test_identical_to_standard_at_temperature_zero(greedy_report):
     _, rep = greedy_report
     for row in rep["rows"]:
-        if row["kind"] in ("standard", "speculative", "prompt-lookup"):
+        if row["kind"] in ("standard", "default", "speculative", "prompt-lookup"):
             assert row["identical_to_standard"] is True, (row["prompt_id"], row["mode"], row["divergence"])
         else:  # transformers' generate, clean config, float32: greedy is greedy, token for token
             assert row["identical_to_standard"] is True, (row["prompt_id"], row["mode"], row["divergence"])
@@ -150,14 +153,15 @@ def test_sampled_run_with_repeats(pair, prompt_file, tmp_path):
                "--top-k", "20", "--repeats", "2", "--warmup-tokens", "0", "--categories", "chat")
     assert rc == 0
     rep = json.loads((tmp_path / "report.json").read_text())
-    assert [r["mode"] for r in rep["rows"]] == ["standard", "speculative k=2"]
+    # the default (lookup, then the draft, adaptive) comes with any draft-model mode
+    assert [r["mode"] for r in rep["rows"]] == ["standard", "default", "speculative k=2"]
     assert rep["warmup"] == []
     for row in rep["rows"]:
         assert row["identical_to_standard"] is None  # sampled text differs by design
         assert [r["repeat"] for r in row["repeats"]] == [0, 1]
-    # the interleaving rotates: the second repeat starts with the other mode
-    spec = rep["rows"][1]
-    assert [r["order"] for r in spec["repeats"]] == [1, 0]
+    # the interleaving rotates: each repeat starts one mode later
+    spec = rep["rows"][2]
+    assert [r["order"] for r in spec["repeats"]] == [2, 1]
     md = (tmp_path / "report.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| mode | tok/s"))
     assert "identical" not in header and "## Identical to standard" not in md
@@ -190,7 +194,8 @@ def test_hf_baseline_ignores_the_models_generation_config(tiny):
     """A repetition penalty in generation_config.json must not reach the baseline: greedy
     transformers generate() then equals our standard decoding token for token."""
     from specdec_core.bench.hf import HFBaseline
-    from specdec_core.decoder import DecodeSettings, Decoder
+    from specdec_core.decoder import Decoder
+    from specdec_core.settings import DecodeSettings
 
     target, draft = copy.deepcopy(tiny.target), copy.deepcopy(tiny.draft)
     for m in (target, draft):
@@ -262,12 +267,38 @@ def test_builtin_prompt_set_covers_the_categories():
     from specdec_core.bench.prompts import load_prompts
 
     prompts = load_prompts()
-    cats = {p.category for p in prompts}
-    assert cats == {"short-answer", "long-explanation", "code", "summarization", "structured-output", "chat"}
+    cats = list(dict.fromkeys(p.category for p in prompts))  # the reports' order
+    assert cats == ["short-answer", "long-explanation", "code", "edit", "summarization", "structured-output", "chat"]
     for c in cats:
-        assert 2 <= sum(p.category == c for p in prompts) <= 3
+        assert 2 <= sum(p.category == c for p in prompts) <= (4 if c == "edit" else 3)
     assert all(p.turns >= 2 for p in prompts if p.category == "chat")
+    # edit: a given code or text to rewrite, fix or refactor (the answer repeats much of the
+    # prompt), and a follow-up turn that revises the previous answer
+    edits = [p for p in prompts if p.category == "edit"]
+    assert len(edits) >= 3 and any(p.turns >= 2 and p.messages[-2]["role"] == "assistant" for p in edits)
+    assert all("```" in p.messages[0]["content"] or len(p.messages[0]["content"]) > 300 for p in edits)
     assert [p.id for p in load_prompts(categories=["code", "chat"], limit=1)] == ["code-fizzbuzz", "chat-refactor"]
+
+
+def test_a_prompt_that_does_not_fit_the_context_is_skipped_before_anything_runs(pair, tmp_path, capsys):
+    """The tiny target holds 512 positions: the over-long prompt is found before any run and
+    reported as skipped, with the reason; the others run (before, the bench stopped midway)."""
+    prompts = tmp_path / "prompts.jsonl"
+    rows = PROMPTS + [{"id": "p-long", "category": "short-answer", "prompt": "the cat sat on the mat " * 120}]
+    prompts.write_text("\n".join(json.dumps(p) for p in rows) + "\n")
+    out = tmp_path / "out"
+    assert bench(pair, prompts, out, "--draft-tokens", "2", "--lookup-tokens", "none", "--limit", "2") == 0
+    err = capsys.readouterr().err
+    assert "skipping p-long" in err and "512" in err
+    rep = json.loads((out / "report.json").read_text())
+    assert [s["prompt_id"] for s in rep["skipped"]] == ["p-long"] and "context" in rep["skipped"][0]["reason"]
+    assert {r["prompt_id"] for r in rep["rows"]} == {"p-short", "p-chat"} and rep["settings"]["prompts"] == 2
+    assert "Skipped 1 prompt(s)" in (out / "report.md").read_text() and "p-long (short-answer)" in (
+        out / "report.md").read_text()
+    only_long = tmp_path / "long.jsonl"
+    only_long.write_text(json.dumps(rows[-1]) + "\n")
+    assert bench(pair, only_long, tmp_path / "out2", "--draft-tokens", "2") == 2
+    assert "no prompt fits the target's context (512 tokens)" in capsys.readouterr().err
 
 
 def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():
@@ -276,13 +307,14 @@ def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():
     would mix those zeros with real figures)."""
     from specdec_core.bench.modes import PROMPT_LOOKUP, Mode
     from specdec_core.bench.prompts import BenchPrompt
-    from specdec_core.bench.runner import RunSettings, run_one
+    from specdec_core.bench.runner import run_one
+    from specdec_core.settings import DecodeSettings
     from app_fixtures import tiny_factory
 
     engine = tiny_factory(report=False)(lambda *_a: None)
     memory = SimpleNamespace(start=lambda: None, stop=lambda: 0)
     prompt = BenchPrompt("p", "chat", ({"role": "user", "content": "hello"},))
-    rec = run_one(engine, prompt, Mode("prompt-lookup k=4", PROMPT_LOOKUP, 4), RunSettings(3), 0, memory)
+    rec = run_one(engine, prompt, Mode("prompt-lookup k=4", PROMPT_LOOKUP, 4), DecodeSettings(3), memory)
     assert rec["kinds"]["standard"] == rec["new_tokens"] == 3  # no match anywhere: every step plain
     assert rec["acceptance_rate"] is None and rec["mean_accepted_per_step"] is None
     assert rec["plain_step_share"] == 1.0

@@ -60,6 +60,90 @@ def test_baseline_modes():
     with pytest.raises(BenchError):
         parse_baselines("vllm")
     modes = build_modes(["adaptive"], None, False, llamacpp_baseline=True)
-    peers = [(m.kind, m.draft_tokens, m.p_min) for m in modes if m.is_llamacpp]
-    assert peers == [(LLAMACPP, None, None), (LLAMACPP_SPEC, 3, None), (LLAMACPP_SPEC, 16, 0.75)]
-    assert not any(m.is_llamacpp for m in build_modes([], None, False, True) if m.kind == LLAMACPP_SPEC)
+    peers = [(m.kind, m.draft_tokens, m.p_min, m.spec_type, m.needs_draft) for m in modes if m.is_llamacpp]
+    assert peers == [(LLAMACPP, None, None, None, False), (LLAMACPP_SPEC, 3, None, "draft-simple", True),
+                     (LLAMACPP_SPEC, 16, 0.75, "draft-simple", True), (LLAMACPP_SPEC, None, None, "ngram-mod", False),
+                     (LLAMACPP_SPEC, None, None, "draft-simple,ngram-mod", True)]
+    # without a draft model: its plain decoding, and n-grams of the text alone
+    alone = [(m.kind, m.spec_type) for m in build_modes([], None, False, True) if m.is_llamacpp]
+    assert alone == [(LLAMACPP, None), (LLAMACPP_SPEC, "ngram-mod")]
+
+
+FAKE_TOOL = """#!/bin/sh
+printf '%s\\n' "$@" > "$(dirname "$0")/argv.txt"
+cat "{stdout}"
+cat "{stderr}" >&2
+"""
+
+
+@pytest.mark.parametrize("spec_type, with_draft", [("draft-simple", True), ("ngram-mod", False),
+                                                   ("draft-simple,ngram-mod", True)])
+def test_each_speculative_mode_runs_the_tool_with_its_spec_type(tmp_path, spec_type, with_draft):
+    """The command llama-speculative-simple gets: --spec-type as the mode says, the draft model
+    (-md, its threads) only where the type drafts with it."""
+    from specdec_core.bench.llamacpp import LlamaCpp
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "llama-completion").write_text("")
+    spec = tools / "llama-speculative-simple"
+    spec.write_text(FAKE_TOOL.format(stdout=DATA / "llama-speculative-simple.stdout.txt",
+                                     stderr=DATA / "llama-speculative-simple.stderr.txt"))
+    spec.chmod(0o755)
+    llama = LlamaCpp(tools, tmp_path / "target.gguf", tmp_path / "draft.gguf", threads=2)
+    r = llama.speculative(PROMPT, 24, None, None, spec_type=spec_type)
+    argv = (tools / "argv.txt").read_text().splitlines()
+    assert argv[argv.index("--spec-type") + 1] == spec_type
+    assert ("-md" in argv) == with_draft and ("-td" in argv) == with_draft
+    assert "--spec-draft-n-max" not in argv and r.drafted == 23 and r.text.startswith("```python")
+    no_draft = LlamaCpp(tools, tmp_path / "target.gguf", None, threads=2)
+    if with_draft:
+        with pytest.raises(RuntimeError, match="needs a GGUF draft"):
+            no_draft.speculative(PROMPT, 24, None, None, spec_type=spec_type)
+    else:
+        assert no_draft.speculative(PROMPT, 24, None, None, spec_type=spec_type).new_tokens == 28
+
+
+def test_a_run_whose_log_was_cut_at_exit_is_run_once_more(tmp_path):
+    """llama.cpp writes its log from a thread that the process's exit can cut short: the figures
+    missing once, the tool runs again; missing twice, the mode fails with the one-line reason."""
+    from specdec_core.bench.llamacpp import LlamaCpp
+
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "llama-speculative-simple").write_text("")
+    plain = tools / "llama-completion"
+    plain.write_text(f"""#!/bin/sh
+n=$(cat "{tmp_path}/runs" 2>/dev/null || echo 0); echo $((n + 1)) > "{tmp_path}/runs"
+[ "$n" -ge {{cut}} ] && cat "{DATA / "llama-completion.stderr.txt"}" >&2
+echo text
+""")
+    plain.chmod(0o755)
+    plain.write_text(plain.read_text().replace("{cut}", "1"))
+    r = LlamaCpp(tools, tmp_path / "t.gguf", None, threads=1).plain(PROMPT, 24)
+    assert r.new_tokens == 24 and (tmp_path / "runs").read_text().strip() == "2"
+    (tmp_path / "runs").unlink()
+    plain.write_text(plain.read_text().replace('-ge 1 ]', '-ge 9 ]'))
+    with pytest.raises(RuntimeError, match="printed no prompt eval time"):
+        LlamaCpp(tools, tmp_path / "t.gguf", None, threads=1).plain(PROMPT, 24)
+    assert (tmp_path / "runs").read_text().strip() == "2"
+
+
+def test_llamacpp_best_is_the_fastest_of_all_its_modes_per_prompt():
+    from types import SimpleNamespace
+
+    from specdec_core.bench.report import LLAMACPP_BEST, build_rows, summarize
+
+    modes = build_modes(["adaptive"], None, False, llamacpp_baseline=True)
+    names = [m.name for m in modes]
+    # per prompt, a different llama.cpp mode is the fastest: plain on a, ngram on b, draft+ngram on c
+    fastest = {"a": "llama.cpp", "b": "llama.cpp ngram", "c": "llama.cpp draft+ngram"}
+    runs = []
+    for p, best in fastest.items():
+        for name in names:
+            tps = 20.0 if name == "speculative adaptive" else (16.0 if name == best else 8.0)
+            runs.append({"prompt_id": p, "category": "edit", "mode": name, "repeat": 0, "tokens_per_second": tps})
+    prompts = [SimpleNamespace(id=p, category="edit") for p in fastest]
+    f = summarize(build_rows(runs, prompts, modes), modes)["overall"]["speculative adaptive"]
+    assert f[f"speedup_vs_{LLAMACPP_BEST}"] == pytest.approx(20 / 16)
+    assert f[f"speedup_vs_{LLAMACPP}"] == pytest.approx(20 / 8)  # vs plain alone: 1.25, 2.5, 2.5 -> median 2.5

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import make_model, make_tokenizer, save_model  # noqa: E402
 
-from specdec_core.decoder import DecodeSettings  # noqa: E402
+from specdec_core.settings import DecodeSettings  # noqa: E402
 from specdec_core.engine import Engine  # noqa: E402
 from specdec_core.events import first_divergence  # noqa: E402
 from specdec_core.models import ModelError, load_model  # noqa: E402
@@ -39,8 +39,10 @@ def pair(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("bnb")
     tok = make_tokenizer()
-    target = make_model(len(tok), seed=0)
-    draft = make_model(len(tok), seed=0)
+    # 64 wide: bitsandbytes' CPU kernels on a CPU with AVX512 (its Intel path) take NF4 blocks of
+    # 64 weights along the input and fail on a 32-wide layer ("shape [32, 0] is invalid")
+    target = make_model(len(tok), seed=0, hidden=64, intermediate=128)
+    draft = make_model(len(tok), seed=0, hidden=64, intermediate=128)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for p in draft.parameters():
@@ -122,24 +124,24 @@ def test_quantized_target_decodes_in_both_modes(pair, quant):
     assert engine.draft.info.quantization == "none"  # the draft is never quantized by the flag
     prompt = engine.encode_prompt(PROMPT)
     n = 24
-    std = engine.generate(prompt, DecodeSettings(max_new_tokens=n), mode="standard").run()
+    std = engine.generate(prompt, DecodeSettings(max_new_tokens=n, mode="standard")).run()
     # tier 2: the engine's standard greedy is transformers' greedy on the same quantized model
     assert std.token_ids == hf_greedy(engine.target.model, prompt, n, engine.target.eos_token_ids)
     tolerance = batch_vs_rows(engine.target.model, prompt + std.token_ids)
     accepted = 0
     for k in (1, 4, "adaptive"):
-        spec = engine.generate(prompt, DecodeSettings(max_new_tokens=n, draft_tokens=k), mode="speculative").run()
+        spec = engine.generate(prompt, DecodeSettings(max_new_tokens=n, draft_tokens=k)).run()
         accepted += spec.stats.accepted_draft_tokens
         assert_same_or_near_tie(std, spec, tolerance)
-        lookup = engine.generate(prompt, DecodeSettings(max_new_tokens=n, draft_tokens=k), mode="speculative",
-                                 proposer="prompt-lookup").run()
+        lookup = engine.generate(prompt, DecodeSettings(max_new_tokens=n, draft_tokens=k,
+                                                              proposer="prompt-lookup")).run()
         assert_same_or_near_tie(std, lookup, tolerance)
     # verification passes of several rows ran: some proposals were kept (the draft is float32,
     # the target quantized, so they agree less often than their float32 forms would)
     assert accepted > 0
     # sampling runs too (its exactness is the decoder's, tested on float32 models)
     s = DecodeSettings(max_new_tokens=12, sampling=SamplingParams(0.8, 0, 1.0), seed=3)
-    sampled = engine.generate(prompt, s, mode="speculative").run()
+    sampled = engine.generate(prompt, s).run()
     assert len(sampled.token_ids) == 12 or sampled.stats.stop_reason == "eos"
 
 
@@ -209,11 +211,11 @@ def test_real_0_5b_nf4_on_cpu(tmp_path):
     prompt = engine.encode_prompt("Write a Python function that returns the n-th Fibonacci number.")
     n = 32
     t = time.perf_counter()
-    std = engine.generate(prompt, DecodeSettings(max_new_tokens=n), mode="standard").run()
+    std = engine.generate(prompt, DecodeSettings(max_new_tokens=n, mode="standard")).run()
     print(f"nf4 0.5B on CPU: standard {len(std.token_ids) / (time.perf_counter() - t):.2f} tok/s")
     tolerance = batch_vs_rows(engine.target.model, prompt + std.token_ids)
     for proposer in ("prompt-lookup", "draft"):
-        spec = engine.generate(prompt, DecodeSettings(max_new_tokens=n), mode="speculative", proposer=proposer).run()
+        spec = engine.generate(prompt, DecodeSettings(max_new_tokens=n, proposer=proposer)).run()
         print(f"nf4 0.5B on CPU: speculative ({proposer}) {spec.stats.tokens_per_second:.2f} tok/s, "
               f"acceptance {spec.stats.acceptance_rate:.2f}")
         assert_same_or_near_tie(std, spec, tolerance)

@@ -43,6 +43,9 @@ def test_json_lines_per_sample(pair, capsys):
                     "plain_step_share", "target_forward_passes", "draft_forward_passes", "per_position_accepted"):
             assert key in obj["stats"], key
         assert obj["stats"]["plain_steps"] == kinds.count("standard")
+        # each token's source: none for a plain step's, the step's proposer's otherwise
+        assert len(obj["sources"]) == len(kinds)
+        assert all((s == "") == (k == "standard") and s in ("", "draft", "lookup") for s, k in zip(obj["sources"], kinds))
         assert isinstance(obj["text"], str)
 
 
@@ -96,7 +99,7 @@ def test_a_prompt_longer_than_the_context_is_refused_before_any_computing(pair, 
 
 
 def test_stats_line_labels_every_figure():
-    from specdec_core.cli import stats_line
+    from specdec_core.cli.terminal import stats_line
     from specdec_core.events import Stats
 
     s = Stats(new_tokens=11, seconds=3.0, prefill_seconds=1.0, target_forward_passes=5, speculative_steps=3,

@@ -139,7 +139,7 @@ def test_families_it_does_not_cover_keep_transformers_forward(tmp_path, tok):
 @pytest.mark.parametrize("draft_tokens", [1, 3, 8, "adaptive"])
 def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory, tok, draft_tokens, isolated_cache):
     """The whole shipped path on a tiny pair: Engine.load -> CPU kernel -> lean forwards."""
-    from specdec_core.decoder import DecodeSettings
+    from specdec_core.settings import DecodeSettings
     from specdec_core.engine import Engine
 
     root = tmp_path_factory.mktemp("pair")
@@ -153,8 +153,8 @@ def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory
     settings = DecodeSettings(max_new_tokens=40, draft_tokens=draft_tokens)
     for prompt in ("the cat sat on", "is it done and", "a hat too"):
         ids = engine.encode_prompt(prompt)
-        standard = engine.generate(ids, settings, mode="standard").run()
-        spec = engine.generate(ids, settings, mode="speculative").run()
+        standard = engine.generate(ids, settings.replace(mode="standard")).run()
+        spec = engine.generate(ids, settings).run()
         assert spec.token_ids == standard.token_ids, prompt
         assert spec.stats.draft_tokens > 0
 

@@ -15,7 +15,8 @@ from scipy.stats import chisquare
 
 from conftest import soften
 from specdec_core.acceptance import speculative_verify
-from specdec_core.decoder import DecodeSettings, Decoder, sample_seed
+from specdec_core.decoder import Decoder
+from specdec_core.settings import DecodeSettings, sample_seed
 from specdec_core.proposers import DraftModelProposer, PromptLookupProposer
 from specdec_core.sampling import SamplingParams, probabilities
 
@@ -130,7 +131,7 @@ def exact_third(model, params):
     return (joint[:, None] * p3_given).sum(0)
 
 
-def test_adaptive_draft_length_keeps_the_target_distribution(tiny):
+def test_adaptive_draft_length_keeps_the_target_distribution(tiny, monkeypatch):
     """Adaptive k is the default, and its confidence stop makes k depend on the draft's own
     values: the draft keeps proposing while the product of its probabilities of its picks stays
     above a threshold. That is exact only because the stop looks at the draft alone. Seeded:
@@ -138,7 +139,19 @@ def test_adaptive_draft_length_keeps_the_target_distribution(tiny):
     follow the target's warped distribution, and the same test rejects the draft's own.
 
     The target is softened (many tokens in play), the draft is a sharp copy of the target plus
-    noise, so it is confident often enough that the first speculative step proposes 1 to 4."""
+    noise, so it is confident often enough that the first speculative step proposes 1 to 4. The
+    controller's plan is the adaptive one before it has measured anything (16 tokens, the starting
+    threshold), from the first step on: the controller itself would start plain, and decides
+    from timings, never from the values of the step it plans."""
+    import specdec_core.decoder as decoder_module
+    from specdec_core.adaptive import AdaptiveDraftLength, FixedDraftLength
+    from specdec_core.proposers import DraftPlan
+
+    class FirstPlan(FixedDraftLength):
+        def plan(self, backlog=0, remaining=None):
+            return DraftPlan(draft=16, min_confidence=AdaptiveDraftLength.threshold_start)
+
+    monkeypatch.setattr(decoder_module, "make_policy", lambda k, sources: FirstPlan(16, sources))
     target = soften(copy.deepcopy(tiny.target), 2.0)
     draft = tiny.near_draft
     params = SamplingParams(temperature=0.5)

@@ -7,7 +7,8 @@ Slow (loads 1.5B + 0.5B on CPU) but it runs in CI: it is what a user runs first.
 
 import pytest
 
-from specdec_core.decoder import ContextError, DecodeSettings
+from specdec_core.context import ContextError
+from specdec_core.settings import DecodeSettings
 from specdec_core.engine import Engine
 from specdec_core.events import first_divergence
 
@@ -41,8 +42,8 @@ def test_the_load_notes_say_what_runs(engine):
 def test_greedy_speculative_equals_standard(engine, prompt):
     ids = engine.encode_prompt(prompt)
     settings = DecodeSettings(max_new_tokens=20, draft_tokens="adaptive")  # the app's and CLI's default
-    std = engine.generate(ids, settings, mode="standard").run()
-    spec = engine.generate(ids, settings, mode="speculative").run()
+    std = engine.generate(ids, settings.replace(mode="standard")).run()
+    spec = engine.generate(ids, settings).run()
     assert spec.token_ids == std.token_ids, first_divergence(std.events, spec.events)
     assert std.text.strip() and set(std.kinds) == {"standard"}
     kinds = spec.kinds

@@ -497,7 +497,7 @@ def test_run_models_report(fake_embedded, tmp_path):
     import json
     import types
 
-    from specdec_core.cli_models import run_models
+    from specdec_core.cli.models import run as run_models
 
     default_pair.ensure_assembled(fake_embedded[0])
     from specdec_core.models import cache as cache_mod
@@ -529,7 +529,7 @@ def test_models_report_lists_the_last_loads_notes(tmp_path, capsys):
     import io
     import types
 
-    from specdec_core.cli_models import run_models
+    from specdec_core.cli.models import run as run_models
     from specdec_core.models import last_load
     from tiny_models import save_model
 

@@ -24,7 +24,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "packaging"
 SPEC = PKG / "specdec-chat.spec"
-ASSETS = sorted(p.name for p in (ROOT / "app" / "assets").iterdir() if p.is_file())
+# the data files of assets/, which ship as the package specdec_assets (its __init__.py is a module)
+ASSETS = sorted(p.name for p in (ROOT / "assets").iterdir() if p.is_file() and p.suffix != ".py")
 
 
 def _pyproject() -> dict:
@@ -75,8 +76,9 @@ def spec_run(tmp_path_factory):
 
 
 def test_the_bundle_the_spec_describes_finds_its_assets(spec_run, tmp_path):
-    """Lay out the spec's data files as PyInstaller would, next to the app's modules, and let
-    the app read its palette, stylesheet, icons and race presets from there alone."""
+    """Lay out the spec's data files as PyInstaller would, with the modules its analysis finds
+    (our packages, and the assets package it stages), and let the app and the bench read the
+    palette, stylesheet, icons, race presets and bench prompts from there alone."""
     got, _ = spec_run
     bundle = tmp_path / "bundle"
     for src, dest in got["Analysis"]["kwargs"]["datas"]:
@@ -86,17 +88,25 @@ def test_the_bundle_the_spec_describes_finds_its_assets(spec_run, tmp_path):
         else:
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy(src, target)
-    assert sorted(p.name for p in (bundle / "app" / "assets").iterdir()) == ASSETS  # every asset, nothing else
-    shutil.copytree(ROOT / "app", bundle / "app", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    assert sorted(p.name for p in (bundle / "specdec_assets").iterdir()) == ASSETS  # every asset, nothing else
+    assert "specdec_assets" in got["Analysis"]["kwargs"]["hiddenimports"]
+    for path in got["Analysis"]["kwargs"]["pathex"]:  # the modules the analysis collects
+        for pkg in ("app", "specdec_core", "specdec_assets"):
+            if (Path(path) / pkg / "__init__.py").is_file():
+                shutil.copytree(Path(path) / pkg, bundle / pkg, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     code = textwrap.dedent("""
-        import sys
+        from importlib.resources import files
         from pathlib import Path
         import app.theme as theme
         from app.race_view import load_presets
+        from specdec_core import assets
+        from specdec_core.bench.prompts import load_prompts
         assert Path(theme.__file__).is_relative_to(Path.cwd()), theme.__file__
+        assert Path(str(files("specdec_assets"))).is_relative_to(Path.cwd())
         assert theme.Theme(False).values["bonus"]["bg"] and "QMainWindow" in theme.Theme(True).stylesheet()
-        assert all((theme.assets_dir() / n).is_file() for n in ("icon.svg", "icon.png"))
-        assert load_presets() and load_presets()[0]["prompt"]
+        assert all(assets.path(n).is_file() for n in ("icon.svg", "icon.png"))
+        assert load_presets() and load_presets()[0]["prompt"] and load_prompts(categories=["code"])
         print("ok")
     """)
     env = {**os.environ, "PYTHONPATH": str(bundle), "QT_QPA_PLATFORM": "offscreen"}
@@ -125,7 +135,7 @@ def test_the_launcher_runs_the_pyproject_entry_point(tmp_path):
 def test_the_version_comes_from_pyproject_only(tmp_path, capsys):
     """Change the version in a copy of the tree: the spec's bundle metadata follows it."""
     root = tmp_path / "tree"
-    for part in ("app", "specdec_core", "packaging"):
+    for part in ("app", "specdec_core", "assets", "packaging"):
         shutil.copytree(ROOT / part, root / part, ignore=shutil.ignore_patterns("__pycache__", "dist", "build"))
     version = _pyproject()["version"]
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -196,7 +206,7 @@ def test_the_wheel_ships_the_files_the_code_reads(tmp_path):
     then read the bench's built-in prompts and the app's assets from the unpacked wheel alone
     (a wheel installed into a fresh venv once failed: no such file .../site-packages/assets/...)."""
     src = tmp_path / "src"
-    for part in ("app", "specdec_core"):
+    for part in ("app", "specdec_core", "assets"):
         shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
@@ -205,15 +215,15 @@ def test_the_wheel_ships_the_files_the_code_reads(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     (wheel,) = (tmp_path / "dist").glob("specdec_chat-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped_assets = sorted(n.split("/")[-1] for n in names if n.startswith("app/assets/"))
-    assert shipped_assets == ASSETS
+    shipped_assets = sorted(n.split("/")[-1] for n in names if n.startswith("specdec_assets/"))
+    assert shipped_assets == sorted(ASSETS + ["__init__.py"])
     kernel_sources = {f"specdec_core/cpu/kernels/{n}" for n in ("quants.c", "forward.c", "features.c", "sdcpu.h",
                                                                   "dot_portable.h", "dot_x86.h", "dot_neon.h")}
-    assert {"specdec_core/bench/bench_prompts.jsonl", "app/main.py", "specdec_core/cli.py",
+    assert {"specdec_assets/bench_prompts.jsonl", "app/main.py", "specdec_core/cli/dispatch.py",
             "specdec_core/models/last_load.py"} | kernel_sources <= names
     assert not [n for n in names if n.startswith(("assets/", "tests/", "docs/"))]
-    # every package of the source tree is in the wheel
-    for init in list(ROOT.glob("specdec_core/**/__init__.py")) + [ROOT / "app" / "__init__.py"]:
+    # every package of the source tree is in the wheel (pyproject.toml names them one by one)
+    for init in list(ROOT.glob("specdec_core/**/__init__.py")) + list(ROOT.glob("app/**/__init__.py")):
         assert init.relative_to(ROOT).as_posix() in names, init
     dist_info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info}/entry_points.txt").decode()
@@ -221,12 +231,13 @@ def test_the_wheel_ships_the_files_the_code_reads(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     code = textwrap.dedent("""
+        from importlib.resources import files
         from pathlib import Path
-        from specdec_core.bench.prompts import BUILTIN_PROMPTS, load_prompts
+        from specdec_core.bench.prompts import load_prompts
         import app.theme as theme
         from app.race_view import load_presets
         site = Path.cwd()
-        assert BUILTIN_PROMPTS.is_relative_to(site) and theme.assets_dir().is_relative_to(site)
+        assert Path(str(files("specdec_assets"))).is_relative_to(site) and Path(theme.__file__).is_relative_to(site)
         assert len(load_prompts(categories=["code"])) >= 2 and load_presets()
         assert theme.Theme(False).values and theme.Theme(False).stylesheet()
         print("ok")

@@ -9,7 +9,7 @@ import pytest
 
 from app_fixtures import tiny_factory
 from specdec_core.cli import main
-from specdec_core.decoder import DecodeSettings
+from specdec_core.settings import DecodeSettings
 from specdec_core.events import Stats, TokenEvent, TokenKind
 from specdec_core.proposers import PromptLookupProposer
 from specdec_core.race import Race, start_race
@@ -29,13 +29,13 @@ def prompt_ids(engine):
     return engine.encode_prompt(PROMPT)
 
 
-def _settings(n=16, temperature=0.0, k=3, seed=0):
-    return DecodeSettings(n, SamplingParams(temperature), k, seed)
+def _settings(n=16, temperature=0.0, k=3, seed=0, proposer="draft"):
+    return DecodeSettings(n, SamplingParams(temperature), k, seed, proposer=proposer)
 
 
 @pytest.mark.parametrize("proposer", ["draft", "prompt-lookup"])
 def test_both_lanes_finish_and_greedy_texts_are_identical(engine, prompt_ids, proposer):
-    race = start_race(engine, prompt_ids, _settings(20), proposer)
+    race = start_race(engine, prompt_ids, _settings(20, proposer=proposer))
     seen = {"standard": [], "speculative": []}
     for rev in race:
         seen[rev.lane].append(rev)
@@ -65,7 +65,7 @@ def test_both_lanes_finish_and_greedy_texts_are_identical(engine, prompt_ids, pr
 def test_running_lane_stats_follow_each_lanes_clock(engine, prompt_ids):
     """What the race view shows live: each lane's engine Stats, its seconds being that lane's
     own clock and its tokens the ones handed out so far."""
-    race = start_race(engine, prompt_ids, _settings(12), "draft")
+    race = start_race(engine, prompt_ids, _settings(12))
     for rev in race:
         s = race.lane_stats(rev.lane)
         assert s.seconds == race.clocks[rev.lane] == rev.clock
@@ -85,16 +85,19 @@ class SlowProposer(PromptLookupProposer):
         self.delay = delay
         self.calls = 0
 
-    def propose(self, ids, k, params, rng, min_confidence=0.0):
+    def propose(self, ids, plan, params, rng):
         self.calls += 1
         time.sleep(self.delay)
-        return super().propose(ids, k, params, rng, min_confidence)
+        return super().propose(ids, plan, params, rng)
 
 
-def test_each_lane_clock_counts_only_its_own_steps(engine, prompt_ids):
+def test_each_lane_clock_counts_only_its_own_steps(engine, prompt_ids, monkeypatch):
+    from specdec_core.engine import PROPOSER_BUILDERS
+
     delay = 0.03
     prop = SlowProposer(delay)
-    race = start_race(engine, prompt_ids, _settings(16, k=2), prop, warmup=False)
+    monkeypatch.setitem(PROPOSER_BUILDERS, "prompt-lookup", lambda _engine: prop)  # the speculative lane's
+    race = start_race(engine, prompt_ids, _settings(16, k=2, proposer="prompt-lookup"), warmup=False)
     wall0 = time.perf_counter()
     r = race.run()
     wall = time.perf_counter() - wall0
@@ -170,7 +173,7 @@ def _b_lane(tokens):
 
 def test_cancel_mid_race_stops_both_lanes(engine, prompt_ids):
     cancel = threading.Event()
-    race = start_race(engine, prompt_ids, _settings(200, k=2), "draft", cancel)
+    race = start_race(engine, prompt_ids, _settings(200, k=2), cancel)
     got = []
     for rev in race:
         got.append(rev)
@@ -186,7 +189,7 @@ def test_cancel_mid_race_stops_both_lanes(engine, prompt_ids):
 
 
 def test_sampled_race_runs_and_does_not_claim_a_divergence(engine, prompt_ids):
-    r = start_race(engine, prompt_ids, _settings(12, temperature=1.0, seed=5), "draft").run()
+    r = start_race(engine, prompt_ids, _settings(12, temperature=1.0, seed=5)).run()
     assert len(r.standard.events) == len(r.speculative.events) == 12
     assert r.divergence is None and not r.greedy
     # the weak tiny draft is rejected often: the two samples part, and the verdict says why
@@ -240,3 +243,32 @@ def test_race_bad_input_is_one_line_exit_2(pair, capsys, tail, words):
     _, err = capsys.readouterr()
     lines = [x for x in err.splitlines() if x.strip() and not x.startswith(("target:", "draft:", "  - "))]
     assert rc == 2 and len(lines) == 1 and words in lines[0] and "Traceback" not in err
+
+
+class RemoteLane:
+    """A lane decoded elsewhere (a `specdec serve`): its events' `t` are its engine's own clock,
+    and each event takes `wait` seconds to arrive (the network, the other lane's turn there)."""
+
+    own_clock = True
+
+    def __init__(self, times: list[float], wait: float):
+        self.times, self.wait = times, wait
+        self.events: list[TokenEvent] = []
+        self.stats = None
+
+    def __iter__(self):
+        for i, t in enumerate(self.times):
+            time.sleep(self.wait)
+            ev = TokenEvent(i, "x", TokenKind.STANDARD, i, None, t)
+            self.events.append(ev)
+            yield ev
+        self.stats = Stats(new_tokens=len(self.times), seconds=self.times[-1], mode="standard")
+
+
+def test_a_lane_with_its_own_clock_is_timed_by_its_engine_not_by_its_wait():
+    lanes = {"standard": RemoteLane([0.01, 0.02, 0.03], 0.05), "speculative": RemoteLane([0.005, 0.01], 0.1)}
+    result = Race(lanes, threading.Event(), "draft", DecodeSettings(3)).run()
+    # 0.15 s and 0.2 s of waiting are nobody's compute: the lanes' clocks are their engines'
+    assert result.standard.seconds == pytest.approx(0.03) and result.speculative.seconds == pytest.approx(0.01)
+    assert [e.t for e in result.standard.events] == [0.01, 0.02, 0.03]
+    assert result.standard.stats.seconds == pytest.approx(0.03) and result.speedup == pytest.approx(2.0)

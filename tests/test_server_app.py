@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QMessageBox  # noqa: E402
 from app.history import History  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from app.theme import Theme  # noqa: E402
-from app.worker import GenerateRequest, LoadRequest, start_worker, stop_worker  # noqa: E402
+from app.worker import GenerateRequest, LoadRequest, default_settings, start_worker, stop_worker  # noqa: E402
 from app_fixtures import heavy_imports, relay  # noqa: E402
 from llama_server import free_port, serve, server_ggufs  # noqa: E402
 
@@ -55,11 +55,12 @@ def test_the_worker_streams_a_servers_answer_with_its_figures(qtbot, server):
         with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT) as loaded:
             worker.request_load(LoadRequest(server.url, None))
         info = loaded.args[0]
-        assert info["server"]["engine"] == "llama.cpp" and info["server"]["speculative"] is True
+        assert info["server"].engine == "llama.cpp" and info["server"].speculative is True
         assert info["target"]["name"] == "target.gguf" and "server's own draft" in info["draft"]["name"]
         batches = []
         sig.tokens.connect(lambda rid, evs: batches.append(evs))
-        req = GenerateRequest(1, [{"role": "user", "content": "the cat sat on the mat"}], max_new_tokens=24)
+        req = GenerateRequest(1, [{"role": "user", "content": "the cat sat on the mat"}],
+                              default_settings().replace(max_new_tokens=24))
         with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as done:
             worker.request_generate(req)
         stats = done.args[1]
@@ -204,7 +205,7 @@ def test_app_arguments_for_a_server(monkeypatch):
 
 
 def test_server_modules_do_not_import_torch():
-    r = heavy_imports(["app.server_target", "specdec_core.server", "specdec_core.cli_server"])
+    r = heavy_imports(["app.server_target", "specdec_core.server", "specdec_core.contract", "specdec_core.engines"])
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -224,7 +225,32 @@ def test_the_models_dialog_connects_to_a_server(qtbot, tmp_path, server, monkeyp
         assert dlg.server_button.isVisible()
         with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
             dlg.use_server(server.url)
-        assert win.model_info["server"]["url"] == server.url and win.load_request.target == server.url
+        assert win.model_info["server"].url == server.url and win.load_request.target == server.url
         assert not win.side_panel.mode_button.isEnabled()
     finally:
         assert win.shutdown()
+
+
+def test_the_side_panel_learns_a_server_target_through_its_own_methods(qtbot):
+    """What a loaded server changes in the panel, from the ServerInfo value alone (no server
+    needed), and back for models loaded here."""
+    from app.side_panel import SidePanel
+    from specdec_core.contract import ServerInfo
+
+    panel = SidePanel(Theme(False))
+    qtbot.addWidget(panel)
+    panel.show()
+    vllm = ServerInfo("http://gpu:8000", "vLLM", "meta/Llama-70B", "server", None, "", "none",
+                      "the vLLM server at http://gpu:8000 cannot be raced")
+    panel.show_target(vllm)
+    assert not panel.mode_button.isEnabled() and panel.mode_button.text() == "Decoding by the server"
+    assert "cannot be raced" in panel.mode_button.toolTip() and panel.proposer.isHidden() and panel.k_spin.isHidden()
+    assert "vLLM server at http://gpu:8000" in panel.target_label.text() and "Llama-70B" in panel.target_label.text()
+    assert "does not say" in panel.draft_label.text()
+    panel.show_stats({"new_tokens": 3, "seconds": 1.0})
+    panel.show_server_figures({"draft_tokens": 4, "accepted_draft_tokens": 3,
+                               "server": {"engine": "vLLM", "figures": "vLLM's per-request metrics"}})
+    assert "vLLM server · drafted 4, accepted 3" in panel.summary.text() and panel.m_k.caption.text() == "k (the server's)"
+    panel.show_target(None)
+    assert panel.mode_button.isEnabled() and panel.mode_button.text() == "⚡ Speculative decoding"
+    assert panel.proposer.isVisibleTo(panel) and panel.k_spin.isVisibleTo(panel) and panel.proposer.isEnabled()

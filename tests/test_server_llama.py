@@ -49,7 +49,7 @@ def endless_server(ggufs):
 
 
 def settings(n, temperature=0.0, seed=0, top_k=0, top_p=1.0):
-    from specdec_core.decoder import DecodeSettings
+    from specdec_core.settings import DecodeSettings
     from specdec_core.sampling import SamplingParams
 
     return DecodeSettings(n, SamplingParams(temperature, top_k, top_p), 3, seed)
@@ -66,9 +66,9 @@ def test_connect_reads_what_the_server_is(server):
 
     engine = connect(server.url)
     assert engine.flavour == "llama.cpp" and engine.speculative is True
-    assert engine.model.endswith("target.gguf") and engine.draft is not None
+    assert engine.model.endswith("target.gguf") and engine.draft_info is not None
     info = engine.server_info()
-    assert info["colours"] == "per token" and not info["can_race"] and "cannot be raced" in info["race_note"]
+    assert info.colours == "per token" and not info.can_race and "cannot be raced" in info.race_note
     # the prompt goes through the server's own template and tokenizer: our tokenizer agrees
     from tiny_models import make_tokenizer
 
@@ -170,7 +170,8 @@ def test_the_openai_compatible_path_on_a_real_server(server):
     """llama-server is also an OpenAI-compatible server: the generic reader (the one vLLM gets)
     streams the same greedy text, with kind `server`, and reads the drafts from /metrics."""
     from specdec_core.server import connect
-    from specdec_core.server.engine import OPENAI, ChatPrompt, ServerEngine
+    from specdec_core.contract import ChatPrompt
+    from specdec_core.server.engine import OPENAI, ServerEngine
     from specdec_core.server.generation import Request, ServerGeneration, stream_openai
 
     native = connect(server.url)
@@ -181,7 +182,7 @@ def test_the_openai_compatible_path_on_a_real_server(server):
     assert gen.stats.new_tokens == 24 and gen.stats.stop_reason == "max_new_tokens"
     assert gen.stats.server["figures"].startswith("none") and gen.stats.mode == "server"
     # the same stream with the Prometheus counters read around it (vLLM's fallback)
-    req = Request(24, 0.0, 0, 1.0, 0, "server", None, False, threading.Event())
+    req = Request(settings(24), "server", None, False, threading.Event())
     prompt = ChatPrompt(({"role": "user", "content": PROMPT},))
     gen2 = ServerGeneration(stream_openai(native.endpoint, native.model, prompt, req, {}, "llamacpp:", False)).run()
     s = gen2.stats
@@ -434,9 +435,9 @@ def test_a_server_without_a_draft_decodes_standard(ggufs):
     s = LlamaServer(ggufs["target"], log=ggufs["folder"] / "plain.log")
     try:
         engine = connect(s.wait_ready().url)
-        assert engine.speculative is False and engine.draft is None and engine.mode == "standard"
+        assert engine.speculative is False and engine.draft_info is None and engine.mode == "standard"
         assert "has no draft model" in engine.race_refusal and "--model-draft" in engine.race_refusal
-        gen = engine.generate(engine.encode_prompt(PROMPT), settings(12), mode="standard",
+        gen = engine.generate(engine.encode_prompt(PROMPT), settings(12).replace(mode="standard"),
                               cancel=threading.Event()).run()
         st = gen.stats
         assert set(gen.kinds) == {"standard"} and st.mode == "standard" and st.draft_tokens == 0

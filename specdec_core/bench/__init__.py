@@ -1,6 +1,6 @@
 """The benchmark: runner, report writer, plots (`specdec bench`).
 
-    prompts.py  -- the prompt set (built-in bench_prompts.jsonl beside it, or --prompts FILE)
+    prompts.py  -- the prompt set (the built-in assets/bench_prompts.jsonl, or --prompts FILE)
     modes.py    -- what is measured: standard, speculative k / adaptive, prompt lookup, hf baselines
     runner.py   -- one interleaved run over prompts x repeats x modes, raw measurements
     hf.py       -- transformers' generate() baselines (plain and assisted), with clean settings
@@ -8,7 +8,9 @@
     machine.py  -- what machine the numbers came from
     report.py   -- aggregation (median, min-max, speedups), report.json and report.md
     plots.py    -- PNG figures (matplotlib, Agg canvas)
-    cli.py      -- `specdec bench` flags and entry point
+    server.py   -- the prompt set through a server target, and its report
+
+`specdec bench` (its flags, and the wiring of these) is specdec_core/cli/bench.py.
 """
 
 

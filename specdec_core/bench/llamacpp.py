@@ -1,5 +1,6 @@
 """The llama.cpp peer: its plain decoding (`llama-completion`) and its own speculative decoding
-(`llama-speculative-simple --spec-type draft-simple`), on the same two GGUF files.
+(`llama-speculative-simple --spec-type TYPE`: `draft-simple` with the draft model, `ngram-mod`
+with drafts from n-grams of the text itself, or both), on the same two GGUF files.
 
 Each run is a fresh process on the prompt rendered through the target's chat template (the
 text llama.cpp tokenizes itself, parsing the special tokens), greedy at temperature 0, with the
@@ -130,26 +131,40 @@ class LlamaCpp:
         argv = [str(self.folder / PLAIN), "-m", str(self.target), "-p", prompt, "-n", str(max_new_tokens),
                 "-t", str(self.threads), "-tb", str(self.threads), "-no-cnv", "--no-display-prompt", "--no-warmup",
                 "-c", "4096", *self._sampling(temperature, top_k, top_p, seed)]
-        stdout, stderr, peak = self._run(argv)
-        res = parse_plain(stdout, stderr)
-        res.peak_rss_bytes = peak
-        return res
+        return self._measure(argv, parse_plain)
 
     def speculative(self, prompt: str, max_new_tokens: int, n_max: int | None, p_min: float | None,
-                    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0) -> LlamaResult:
-        if self.draft is None:
-            raise RuntimeError("llama.cpp's speculative decoding needs a GGUF draft")
-        argv = [str(self.folder / SPEC), "-m", str(self.target), "-md", str(self.draft), "--spec-type", "draft-simple",
-                "-p", prompt, "-n", str(max_new_tokens), "-t", str(self.threads), "-tb", str(self.threads),
-                "-td", str(self.threads), "-c", "4096", *self._sampling(temperature, top_k, top_p, seed)]
+                    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                    spec_type: str = "draft-simple") -> LlamaResult:
+        """`spec_type`: llama.cpp's --spec-type; a type naming `draft-simple` runs the draft model."""
+        argv = [str(self.folder / SPEC), "-m", str(self.target), "--spec-type", spec_type]
+        if "draft-simple" in spec_type.split(","):
+            if self.draft is None:
+                raise RuntimeError("llama.cpp's speculative decoding with a draft model needs a GGUF draft")
+            argv += ["-md", str(self.draft), "-td", str(self.threads)]
+        argv += ["-p", prompt, "-n", str(max_new_tokens), "-t", str(self.threads), "-tb", str(self.threads),
+                 "-c", "4096", *self._sampling(temperature, top_k, top_p, seed)]
         if n_max is not None:
             argv += ["--spec-draft-n-max", str(n_max)]
         if p_min is not None:
             argv += ["--spec-draft-p-min", f"{p_min:g}"]
-        stdout, stderr, peak = self._run(argv)
-        res = parse_spec(stdout, stderr, prompt)
-        res.peak_rss_bytes = peak
-        return res
+        return self._measure(argv, lambda out, err: parse_spec(out, err, prompt))
+
+    def _measure(self, argv: list[str], parse) -> LlamaResult:
+        """Run a tool and read its figures; once more when they are missing: its log is written
+        by a thread of its own that the process's exit can cut short (a run of a few
+        milliseconds on a tiny model loses it more often than not)."""
+        for attempt in (1, 2):
+            stdout, stderr, peak = self._run(argv)
+            try:
+                res = parse(stdout, stderr)
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                continue
+            res.peak_rss_bytes = peak
+            return res
+        raise AssertionError("unreachable")
 
 
 def first_difference(a: str, b: str) -> int | None:

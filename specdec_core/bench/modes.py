@@ -4,25 +4,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..settings import DEFAULT_PROPOSER, DecodeSettings
 from . import BenchError
 
 STANDARD = "standard"
+DEFAULT = "default"  # what the app and the CLI do unless told otherwise: lookup, then the draft, adaptive
 HF_GENERATE = "hf-generate"
 HF_ASSISTED = "hf-assisted"
 PROMPT_LOOKUP = "prompt-lookup"
 LLAMACPP = "llama.cpp"  # llama.cpp's plain decoding (llama-completion)
 LLAMACPP_SPEC = "llama.cpp-spec"  # llama.cpp's speculative decoding (llama-speculative-simple)
-# its default draft length, and the tuned settings the issue compares with
+# its draft model at its default draft length, and tuned (--spec-draft-n-max, --spec-draft-p-min)
 LLAMACPP_SPEC_DEFAULT = 3
-LLAMACPP_SPEC_TUNED = (16, 0.75)  # --spec-draft-n-max, --spec-draft-p-min
+LLAMACPP_SPEC_TUNED = (16, 0.75)
+# its drafts from the text itself (n-grams of the prompt and the answer so far), alone and before
+# the draft model: the --spec-type values of the llama.cpp that ../shared/tools/build-llamacpp.sh builds
+LLAMACPP_DRAFT, LLAMACPP_NGRAM, LLAMACPP_DRAFT_NGRAM = "draft-simple", "ngram-mod", "draft-simple,ngram-mod"
 
 
 @dataclass(frozen=True)
 class Mode:
     name: str  # "standard", "speculative k=4", "speculative adaptive", "prompt-lookup k=4", "hf-generate", ...
-    kind: str  # "standard" | "speculative" | "prompt-lookup" | "hf-generate" | "hf-assisted"
+    kind: str  # "standard" | "default" | "speculative" | "prompt-lookup" | "hf-generate" | "hf-assisted" | llama.cpp's
     draft_tokens: int | str | None = None  # k, "adaptive", or None (standard, hf baselines)
     p_min: float | None = None  # llama.cpp's --spec-draft-p-min, where set
+    spec_type: str | None = None  # llama.cpp's --spec-type, for its speculative modes
 
     @property
     def engine_mode(self) -> str:
@@ -30,7 +36,13 @@ class Mode:
 
     @property
     def proposer(self) -> str | None:
-        return {"speculative": "draft", PROMPT_LOOKUP: "prompt-lookup"}.get(self.kind)
+        return {DEFAULT: DEFAULT_PROPOSER, "speculative": "draft", PROMPT_LOOKUP: "prompt-lookup"}.get(self.kind)
+
+    def settings(self, base: DecodeSettings) -> DecodeSettings:
+        """Our engine's settings for this mode: `base` (budget, sampling, seed) with its own
+        mode, proposer and draft length."""
+        return base.replace(mode=self.engine_mode, proposer=self.proposer or "draft",
+                            draft_tokens=self.draft_tokens or 1)
 
     @property
     def is_hf(self) -> bool:
@@ -42,12 +54,14 @@ class Mode:
 
     @property
     def needs_draft(self) -> bool:
-        return self.kind in ("speculative", HF_ASSISTED, LLAMACPP_SPEC)
+        if self.kind == LLAMACPP_SPEC:
+            return LLAMACPP_DRAFT in (self.spec_type or "").split(",")
+        return self.kind in (DEFAULT, "speculative", HF_ASSISTED)
 
     @property
     def proposes(self) -> bool:
         """Our speculative modes: acceptance and per-position figures apply."""
-        return self.kind in ("speculative", PROMPT_LOOKUP)
+        return self.kind in (DEFAULT, "speculative", PROMPT_LOOKUP)
 
 
 def parse_draft_lengths(value: str) -> list[int | str]:
@@ -106,8 +120,11 @@ def parse_lookup_tokens(value: str) -> int | str | None:
 
 def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None, hf_baseline: bool,
                 llamacpp_baseline: bool = False) -> list[Mode]:
-    """standard first, then our speculative modes, then the transformers and llama.cpp baselines."""
+    """standard first, then our speculative modes, then the transformers and llama.cpp baselines
+    (llama.cpp: plain, its draft model at its default and tuned, n-grams of the text, both)."""
     modes = [Mode(STANDARD, STANDARD)]
+    if draft_lengths:  # a draft is loaded: the default, as a user gets it
+        modes.append(Mode(DEFAULT, DEFAULT, "adaptive"))
     fixed = sorted(k for k in draft_lengths if k != "adaptive")
     for k in fixed:
         modes.append(Mode(f"speculative k={k}", "speculative", k))
@@ -122,7 +139,11 @@ def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None,
     if llamacpp_baseline:
         modes.append(Mode(LLAMACPP, LLAMACPP))
         if draft_lengths:
-            modes.append(Mode(f"llama.cpp spec k={LLAMACPP_SPEC_DEFAULT}", LLAMACPP_SPEC, LLAMACPP_SPEC_DEFAULT))
+            modes.append(Mode(f"llama.cpp spec k={LLAMACPP_SPEC_DEFAULT}", LLAMACPP_SPEC, LLAMACPP_SPEC_DEFAULT,
+                              spec_type=LLAMACPP_DRAFT))
             n, p = LLAMACPP_SPEC_TUNED
-            modes.append(Mode(f"llama.cpp spec k<={n} p>={p:g}", LLAMACPP_SPEC, n, p))
+            modes.append(Mode(f"llama.cpp spec k<={n} p>={p:g}", LLAMACPP_SPEC, n, p, spec_type=LLAMACPP_DRAFT))
+        modes.append(Mode("llama.cpp ngram", LLAMACPP_SPEC, spec_type=LLAMACPP_NGRAM))
+        if draft_lengths:
+            modes.append(Mode("llama.cpp draft+ngram", LLAMACPP_SPEC, spec_type=LLAMACPP_DRAFT_NGRAM))
     return modes

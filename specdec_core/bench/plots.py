@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .modes import HF_ASSISTED, HF_GENERATE, STANDARD, Mode
+from .modes import HF_ASSISTED, HF_GENERATE, Mode
 
 TOKS_BY_CATEGORY = "tokens_per_second_by_category.png"
 SPEEDUP_VS_K = "speedup_vs_draft_length.png"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import BenchError
 
-BUILTIN_PROMPTS = Path(__file__).resolve().parent / "bench_prompts.jsonl"  # package data: ships in the wheel
+BUILTIN_PROMPTS = "bench_prompts.jsonl"  # in the assets (assets/, the wheel's specdec_assets)
 ROLES = ("system", "user", "assistant")
 
 
@@ -37,17 +37,22 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
                  limit: int | None = None) -> list[BenchPrompt]:
     """Read and check a prompt file (None: the built-in set); keep `categories` (all if None),
     at most `limit` prompts per category, in file order."""
-    path = Path(path) if path is not None else BUILTIN_PROMPTS
-    if not path.is_file():
-        where = "the built-in prompt set" if path == BUILTIN_PROMPTS else "--prompts"
-        raise BenchError(f"{where}: no such file {str(path)!r} (give a JSONL file of "
-                         '{"category": ..., "prompt": ...} lines)')
-    prompts = parse_prompts(path.read_text(encoding="utf-8"), str(path))
+    if path is None:
+        from .. import assets
+
+        name, text = f"assets/{BUILTIN_PROMPTS}", assets.read_text(BUILTIN_PROMPTS)
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise BenchError(f"--prompts: no such file {str(path)!r} (give a JSONL file of "
+                             '{"category": ..., "prompt": ...} lines)')
+        name, text = str(path), path.read_text(encoding="utf-8")
+    prompts = parse_prompts(text, name)
     if categories:
         known = sorted({p.category for p in prompts})
         unknown = [c for c in categories if c not in known]
         if unknown:
-            raise BenchError(f"--categories: {unknown[0]!r} is not in {path.name}; "
+            raise BenchError(f"--categories: {unknown[0]!r} is not in {Path(name).name}; "
                              f"its categories are: {', '.join(known)}")
         prompts = [p for p in prompts if p.category in categories]
     if limit is not None:
@@ -59,6 +64,19 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
                 kept.append(p)
         prompts = kept
     return prompts
+
+
+def split_by_fit(engine, prompts: list[BenchPrompt], max_new_tokens: int) -> tuple[list[BenchPrompt], list[dict]]:
+    """(the prompts whose chat plus the answer budget fit the target's context, the others as
+    {"prompt_id", "category", "reason"}): found before anything runs, by the engine's own rule."""
+    kept, skipped = [], []
+    for p in prompts:
+        fit = engine.fit(list(p.messages), max_new_tokens)
+        if fit.fits:
+            kept.append(p)
+        else:
+            skipped.append({"prompt_id": p.id, "category": p.category, "reason": str(fit.error())})
+    return kept, skipped
 
 
 def parse_prompts(text: str, name: str = "prompts") -> list[BenchPrompt]:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from .markdown import table
 from .report import save
 
 HELD_OUT = Path(__file__).resolve().parents[2] / "README.md"
@@ -109,22 +110,21 @@ def render(report: dict) -> str:
     same = sum(r["identical"] for r in g)
     L = ["# Quality: GGUF blocks x 8-bit activations against the float32 model\n",
          f"- **model:** `{Path(report['gguf']).name}`; **kernel:** {report.get('kernel', '?')}",
-         f"- **reference:** the same file dequantized to float32 by transformers (what earlier versions ran)",
+         "- **reference:** the same file dequantized to float32 by transformers (what earlier versions ran)",
          f"- **command:** `{report['command']}`\n",
          f"## Greedy agreement on the bench prompts ({report['max_new_tokens']} new tokens)\n",
          f"{same} of {len(g)} prompts give the same tokens. Where they part, the float model's top-1 - top-2 "
          "logit margin at that token says how close its own choice was.\n",
-         "| prompt | category | tokens agreeing | identical | float margin where they part |",
-         "|---|---|---|---|---|"]
-    for r in g:
-        m = "–" if r["margin_at_parting"] is None else f"{r['margin_at_parting']:.3f}"
-        L.append(f"| {r['prompt_id']} | {r['category']} | {r['agree']} / {max(r['tokens_kernel'], r['tokens_float'])}"
-                 f" | {'yes' if r['identical'] else 'no'} | {m} |")
-    L += ["", f"## Next-token distributions on a held-out text ({h['text']}, {h['tokens']} tokens, teacher-forced)\n",
-          "| mean KL(float ‖ kernel) | max KL | perplexity, kernel | perplexity, float32 | top-1 agreement |",
-          "|---|---|---|---|---|",
-          f"| {h['mean_kl']:.5f} nats | {h['max_kl']:.4f} | {h['perplexity_kernel']:.3f} | {h['perplexity_float']:.3f}"
-          f" | {100 * h['top1_agreement']:.1f}% |", ""]
+         ]
+    L += table(["prompt", "category", "tokens agreeing", "identical", "float margin where they part"],
+               ([r["prompt_id"], r["category"], f"{r['agree']} / {max(r['tokens_kernel'], r['tokens_float'])}",
+                 "yes" if r["identical"] else "no",
+                 "–" if r["margin_at_parting"] is None else f"{r['margin_at_parting']:.3f}"] for r in g))
+    L += ["", f"## Next-token distributions on a held-out text ({h['text']}, {h['tokens']} tokens, teacher-forced)\n"]
+    L += table(["mean KL(float ‖ kernel)", "max KL", "perplexity, kernel", "perplexity, float32", "top-1 agreement"],
+               [[f"{h['mean_kl']:.5f} nats", f"{h['max_kl']:.4f}", f"{h['perplexity_kernel']:.3f}",
+                 f"{h['perplexity_float']:.3f}", f"{100 * h['top1_agreement']:.1f}%"]])
+    L.append("")
     return "\n".join(L) + "\n"
 
 

@@ -9,10 +9,13 @@ Aggregation rules (also stated in report.md):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
+from datetime import datetime, timezone
 from pathlib import Path
 
+from .markdown import skipped_lines, table
 from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 
 METRICS = ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate",
@@ -131,6 +134,62 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
     return f
 
 
+def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, engine, machine: dict,
+                 memory_method: str, near_tie: float, command: str, note: str | None, wall_seconds: float,
+                 skipped: list[dict] = ()) -> dict:
+    """report.json's content: the run's raw records (run_suite's) aggregated into rows and
+    summaries, with everything a reader needs to repeat it. `decode`: the settings every mode
+    shared; `settings`: the run's other values (prompt file, repeats, warm-up, baseline, threads);
+    `skipped`: the prompts left out, and why."""
+    rows = build_rows(raw["runs"], prompts, modes)
+    models = {"target": engine.target_info.to_dict()}
+    if engine.draft_info is not None:
+        models["draft"] = engine.draft_info.to_dict()
+    s = decode.sampling
+    return {
+        **report_head(command, note),
+        "machine": machine,
+        "models": models,
+        "settings": {
+            "prompts": len(prompts),
+            "categories": list(dict.fromkeys(p.category for p in prompts)),
+            "prompt_file": settings["prompt_file"],
+            "max_new_tokens": decode.max_new_tokens,
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "seed": decode.seed,
+            "repeats": settings["repeats"],
+            "warmup_tokens": settings["warmup_tokens"],
+            "baseline": settings["baseline"],
+            "threads": settings["threads"],
+        },
+        "modes": [dataclasses.asdict(m) for m in modes],
+        "memory_method": memory_method,
+        "near_tie_margin": near_tie,
+        "wall_seconds": wall_seconds,
+        "summary": summarize(rows, modes),
+        "rows": rows,
+        "warmup": raw["warmup"],
+        "prompts": [p.to_dict() for p in prompts],
+        "skipped": list(skipped),
+    }
+
+
+def report_head(command: str, note: str | None) -> dict:
+    """What every report.json opens with: its schema, when, the command that made it, the note."""
+    return {"schema": 1, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
+            "note": note}
+
+
+def write_report(out: Path, report: dict) -> None:
+    """OUT/report.json, OUT/report.md and the figures (named in the report as "plots")."""
+    from .plots import write_plots
+
+    report["plots"] = write_plots(out, report)
+    save(out, report, render_markdown(report, report["plots"]))
+
+
 def write_json(path: Path, report: dict) -> None:
     path.write_text(json.dumps(report, indent=1, default=_jsonable, allow_nan=False) + "\n", encoding="utf-8")
 
@@ -177,20 +236,42 @@ def _mode_label(name: str) -> str:
 
 
 def render_markdown(report: dict, plots: list[str]) -> str:
-    m = report["machine"]
-    s = report["settings"]
-    modes = [Mode(**x) for x in report["modes"]]
-    names = [x.name for x in modes]
-    summ = report["summary"]
-    overall = summ["overall"]
-    has = set(names)
-    greedy = s["temperature"] == 0
+    """report.md: what was measured and where, then the headline, the ratios, the categories,
+    exactness, every prompt, memory and method, section by section."""
+    view = _View(report)
     L: list[str] = []
-    L.append("# specdec bench report\n")
-    tgt = report["models"].get("target") or {}
-    dft = report["models"].get("draft") or {}
-    L.append(f"- **target:** {tgt.get('name', '?')} ({tgt.get('dtype', '?')}, {tgt.get('quantization', '?')}, "
-             f"{tgt.get('device', '?')})")
+    for section in (_about, _headline, _key_ratios_section, _by_category, _identical, _llamacpp_exactness,
+                    _per_prompt, _memory, _method):
+        L += section(view)
+    if plots:
+        L.append("## Figures\n")
+        L += [f"![{p}]({p})\n" for p in plots]
+    return "\n".join(L) + "\n"
+
+
+class _View:
+    """What the sections read of a report, named once."""
+
+    def __init__(self, report: dict):
+        self.report = report
+        self.settings = report["settings"]
+        self.modes = [Mode(**x) for x in report["modes"]]
+        self.names = [m.name for m in self.modes]
+        self.has = set(self.names)
+        self.summary = report["summary"]
+        self.overall = self.summary["overall"]
+        self.cats = list(self.summary["by_category"])
+        self.greedy = self.settings["temperature"] == 0
+        self.llama = LLAMACPP in self.has
+        self.target = report["models"].get("target") or {}
+        self.draft = report["models"].get("draft") or {}
+
+
+def _about(v: _View) -> list[str]:
+    m, s, tgt, dft = v.report["machine"], v.settings, v.target, v.draft
+    L = ["# specdec bench report\n",
+         f"- **target:** {tgt.get('name', '?')} ({tgt.get('dtype', '?')}, {tgt.get('quantization', '?')}, "
+         f"{tgt.get('device', '?')})"]
     if dft:
         L.append(f"- **draft:** {dft.get('name', '?')} ({dft.get('dtype', '?')}, {dft.get('quantization', '?')})")
     for role, info in (("target", tgt), ("draft", dft)):
@@ -205,188 +286,184 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     L.append(f"- **software:** Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}, {m['os']}")
     L.append(f"- **settings:** {s['prompts']} prompts ({', '.join(s['categories'])}), "
              f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"
-             + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not greedy else " (greedy)")
+             + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not v.greedy else " (greedy)")
              + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)")
     la0, la1 = m.get("load_average_start"), m.get("load_average_end")
     if la0 or la1:
         L.append(f"- **load average** (1/5/15 min) at start {la0}, at end {la1}")
-    L.append(f"- **created:** {report['created']}, bench wall time {report['wall_seconds'] / 60:.1f} min")
-    L.append(f"\nCommand:\n\n```\n{report['command']}\n```\n")
-    if report.get("note"):
-        L.append(f"> {report['note']}\n")
+    L.append(f"- **created:** {v.report['created']}, bench wall time {v.report['wall_seconds'] / 60:.1f} min")
+    L.append(f"\nCommand:\n\n```\n{v.report['command']}\n```\n")
+    if v.report.get("note"):
+        L.append(f"> {v.report['note']}\n")
+    skipped = skipped_lines(v.report.get("skipped"))
+    return L + (skipped + [""] if skipped else [])
 
-    # -- headline -----------------------------------------------------------------------
-    L.append(f"## Headline: median over all {len({r['prompt_id'] for r in report['rows']})} prompts\n")
-    L.append("tok/s = new tokens / generation time (end-to-end: prefill included); decode tok/s = tokens after "
-             "the first / time after the first token. Speedups are per-prompt ratios of end-to-end tok/s on the "
-             "same prompt in the same interleaved run, median over prompts [min–max over prompts].\n")
+
+def _headline(v: _View) -> list[str]:
+    L = [f"## Headline: median over all {len({r['prompt_id'] for r in v.report['rows']})} prompts\n",
+         "tok/s = new tokens / generation time (end-to-end: prefill included); decode tok/s = tokens after "
+         "the first / time after the first token. Speedups are per-prompt ratios of end-to-end tok/s on the "
+         "same prompt in the same interleaved run, median over prompts [min–max over prompts].\n"]
     head = ["mode", "tok/s", "decode tok/s", "× standard"]
-    if HF_GENERATE in has:
-        head.append("× hf generate")
-    if HF_ASSISTED in has:
-        head.append("× hf assisted")
-    llama = LLAMACPP in has
-    if llama:
-        head += ["× llama.cpp", "× llama.cpp best"]
+    head += ["× hf generate"] if HF_GENERATE in v.has else []
+    head += ["× hf assisted"] if HF_ASSISTED in v.has else []
+    head += ["× llama.cpp", "× llama.cpp best"] if v.llama else []
     head += ["latency s", "TTFT s", "α accept", "τ tokens/spec. step", "plain steps", "mean k"]
-    if greedy:
-        head.append("identical")
-    L.append("| " + " | ".join(head) + " |")
-    L.append("|" + "---|" * len(head))
-    for name in names:
-        f = overall[name]
+    head += ["identical"] if v.greedy else []
+    rows = []
+    for name in v.names:
+        f = v.overall[name]
         cells = [_mode_label(name), _f(f["tokens_per_second"], 1), _f(f["decode_tokens_per_second"], 1),
                  f"{_x(f['speedup_vs_standard'])} [{_f(f['speedup_vs_standard_min'])}–{_f(f['speedup_vs_standard_max'])}]"
                  if name != STANDARD else "1×"]
-        if HF_GENERATE in has:
+        if HF_GENERATE in v.has:
             cells.append(_x(f["speedup_vs_hf-generate"]))
-        if HF_ASSISTED in has:
+        if HF_ASSISTED in v.has:
             cells.append(_x(f["speedup_vs_hf-assisted"]))
-        if llama:
+        if v.llama:
             cells += ["1×" if name == LLAMACPP else _x(f[f"speedup_vs_{LLAMACPP}"]), _x(f[f"speedup_vs_{LLAMACPP_BEST}"])]
         cells += [_f(f["latency_s"]), _f(f["ttft_s"]), _pct(f["acceptance_rate"]),
                   _f(f["mean_accepted_per_step"]), _pct(f["plain_step_share"]), _f(f["mean_draft_length"], 1)]
-        if greedy:
+        if v.greedy:
             cells.append(_ident(f))
-        L.append("| " + " | ".join(cells) + " |")
-    L.append("")
-    L += _verdicts(overall, names, "over all prompts")
+        rows.append(cells)
+    return L + table(head, rows) + [""] + _verdicts(v.overall, v.names, "over all prompts")
 
-    # -- key ratios ------------------------------------------------------------------------
-    L += _key_ratios(summ, names, has)
 
-    # -- by category -------------------------------------------------------------------------
-    cats = list(summ["by_category"])
-    L.append("## tok/s by category (median over the category's prompts)\n")
-    L.append("| mode | " + " | ".join(cats) + " |")
-    L.append("|---|" + "---|" * len(cats))
-    for name in names:
-        L.append(f"| {_mode_label(name)} | " + " | ".join(_f(summ['by_category'][c][name]['tokens_per_second'], 1)
-                                                     for c in cats) + " |")
+def _key_ratios_section(v: _View) -> list[str]:
+    return _key_ratios(v.summary, v.names, v.has)
+
+
+def _by_category(v: _View) -> list[str]:
+    by = v.summary["by_category"]
+    L = ["## tok/s by category (median over the category's prompts)\n"]
+    L += table(["mode"] + v.cats, ([_mode_label(n)] + [_f(by[c][n]["tokens_per_second"], 1) for c in v.cats]
+                                   for n in v.names))
     L.append("")
     for ref, title in ((STANDARD, "standard"), (HF_ASSISTED, "transformers assisted generation"),
                        (HF_GENERATE, "plain transformers generate"), (LLAMACPP, "llama.cpp's plain decoding"),
                        (LLAMACPP_BEST, "llama.cpp's best mode on each prompt")):
-        if ref not in has and not (ref == LLAMACPP_BEST and llama):
+        if ref not in v.has and not (ref == LLAMACPP_BEST and v.llama):
             continue
         L.append(f"### Speedup vs {title}, by category\n")
-        L.append("| mode | " + " | ".join(cats) + " |")
-        L.append("|---|" + "---|" * len(cats))
-        for name in names:
-            if name == ref:
-                continue
-            L.append(f"| {_mode_label(name)} | " + " | ".join(_x(summ['by_category'][c][name][f'speedup_vs_{ref}'])
-                                                         for c in cats) + " |")
+        L += table(["mode"] + v.cats, ([_mode_label(n)] + [_x(by[c][n][f"speedup_vs_{ref}"]) for c in v.cats]
+                                       for n in v.names if n != ref))
         L.append("")
-    spec = [n for n in names if Mode(**next(x for x in report["modes"] if x["name"] == n)).proposes]
+    spec = [m.name for m in v.modes if m.proposes]
     if spec:
         L.append("### Acceptance α and tokens per speculative step τ, by category\n")
-        L.append("| mode | " + " | ".join(cats) + " |")
-        L.append("|---|" + "---|" * len(cats))
-        for name in spec:
-            L.append(f"| {_mode_label(name)} | " + " | ".join(
-                f"{_pct(summ['by_category'][c][name]['acceptance_rate'])} / "
-                f"{_f(summ['by_category'][c][name]['mean_accepted_per_step'])}" for c in cats) + " |")
+        L += table(["mode"] + v.cats, ([_mode_label(n)] + [
+            f"{_pct(by[c][n]['acceptance_rate'])} / {_f(by[c][n]['mean_accepted_per_step'])}" for c in v.cats]
+            for n in spec))
         L.append("")
+    return L
 
-    # -- identical --------------------------------------------------------------------------
-    if greedy:
-        L.append("## Identical to standard at temperature 0\n")
-        divs = [r for r in report["rows"] if r["identical_to_standard"] is False]
-        checked = [r for r in report["rows"] if r["mode"] != STANDARD and r["identical_to_standard"] is not None]
-        if not divs:
-            L.append(f"All {len(checked)} prompt × mode results produced exactly standard decoding's token ids "
-                     "(every repeat).\n")
-        else:
-            L.append(f"{len(checked) - len(divs)} of {len(checked)} prompt × mode results equal standard's token "
-                     f"ids. Where they differ, the first divergence and the target's top-2 logit margin there "
-                     f"(a near-tie is a margin ≤ {report['near_tie_margin']} in {tgt.get('dtype', '?')}: the two "
-                     "tokens score the same within rounding, and a different batch shape — k+1 positions in a "
-                     "verification pass vs one — may flip it; a larger margin would point to a bug):\n")
-            L.append("| prompt | mode | position | standard | mode's | margin | near-tie? |")
-            L.append("|---|---|---|---|---|---|---|")
-            for r in divs:
-                d = r["divergence"] or {}
-                L.append(f"| {r['prompt_id']} | {_mode_label(r['mode'])} | {d.get('position')} | "
-                         f"{_tok(d.get('text_standard'))} | {_tok(d.get('text_mode'))} | "
-                         f"{_f(d.get('margin'), 4)} | {'yes' if d.get('near_tie') else '**no**'} |")
-            L.append("")
 
-    # -- llama.cpp's own exactness ----------------------------------------------------------------
-    lspec = [r for r in report["rows"] if r["kind"] == LLAMACPP_SPEC and r["same_text_as_plain"] is not None]
-    if greedy and lspec:
-        L.append("## llama.cpp: speculative text vs its own plain text at temperature 0\n")
-        L.append("llama.cpp's tokens come from its own kernels, so they are compared with its plain decoding, not "
-                 "with ours (up to the shorter text: its speculative run may write a few tokens past -n).\n")
-        L.append("| prompt | mode | same text? | parts at character |")
-        L.append("|---|---|---|---|")
-        for r in lspec:
-            L.append(f"| {r['prompt_id']} | {_mode_label(r['mode'])} | {'yes' if r['same_text_as_plain'] else '**no**'}"
-                     f" | {'–' if r['text_parts_at'] is None else r['text_parts_at']} |")
-        L.append("")
+def _identical(v: _View) -> list[str]:
+    if not v.greedy:
+        return []
+    L = ["## Identical to standard at temperature 0\n"]
+    rows = v.report["rows"]
+    divs = [r for r in rows if r["identical_to_standard"] is False]
+    checked = [r for r in rows if r["mode"] != STANDARD and r["identical_to_standard"] is not None]
+    if not divs:
+        return L + [f"All {len(checked)} prompt × mode results produced exactly standard decoding's token ids "
+                    "(every repeat).\n"]
+    L.append(f"{len(checked) - len(divs)} of {len(checked)} prompt × mode results equal standard's token "
+             f"ids. Where they differ, the first divergence and the target's top-2 logit margin there "
+             f"(a near-tie is a margin ≤ {v.report['near_tie_margin']} in {v.target.get('dtype', '?')}: the two "
+             "tokens score the same within rounding, and a different batch shape — k+1 positions in a "
+             "verification pass vs one — may flip it; a larger margin would point to a bug):\n")
+    L += table(["prompt", "mode", "position", "standard", "mode's", "margin", "near-tie?"],
+               ([r["prompt_id"], _mode_label(r["mode"]), (r["divergence"] or {}).get("position"),
+                 _tok((r["divergence"] or {}).get("text_standard")), _tok((r["divergence"] or {}).get("text_mode")),
+                 _f((r["divergence"] or {}).get("margin"), 4),
+                 "yes" if (r["divergence"] or {}).get("near_tie") else "**no**"] for r in divs))
+    return L + [""]
 
-    # -- per prompt ----------------------------------------------------------------------------
-    L.append("## Per prompt (median [min–max] over repeats)\n")
-    L.append("| prompt | category | mode | tok/s | latency s | TTFT s | tokens | α | τ | target / draft passes |"
-             + (" identical |" if greedy else ""))
-    L.append("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if greedy else ""))
-    for r in report["rows"]:
+
+def _llamacpp_exactness(v: _View) -> list[str]:
+    lspec = [r for r in v.report["rows"] if r["kind"] == LLAMACPP_SPEC and r["same_text_as_plain"] is not None]
+    if not (v.greedy and lspec):
+        return []
+    L = ["## llama.cpp: speculative text vs its own plain text at temperature 0\n",
+         "llama.cpp's tokens come from its own kernels, so they are compared with its plain decoding, not "
+         "with ours (up to the shorter text: its speculative run may write a few tokens past -n).\n"]
+    L += table(["prompt", "mode", "same text?", "parts at character"],
+               ([r["prompt_id"], _mode_label(r["mode"]), "yes" if r["same_text_as_plain"] else "**no**",
+                 "–" if r["text_parts_at"] is None else r["text_parts_at"]] for r in lspec))
+    return L + [""]
+
+
+def _per_prompt(v: _View) -> list[str]:
+    L = ["## Per prompt (median [min–max] over repeats)\n"]
+    head = ["prompt", "category", "mode", "tok/s", "latency s", "TTFT s", "tokens", "α", "τ", "target / draft passes"]
+    rows = []
+    for r in v.report["rows"]:
         st = r["stats"]["tokens_per_second"]
         tps = "error" if r["error"] and r["tokens_per_second"] is None else (
             f"{_f(st['median'], 1)} [{_f(st['min'], 1)}–{_f(st['max'], 1)}]")
-        ident = "" if not greedy else (" – |" if r["identical_to_standard"] is None
-                                       else (" yes |" if r["identical_to_standard"] else " **no** |"))
-        L.append(f"| {r['prompt_id']} | {r['category']} | {_mode_label(r['mode'])} | {tps} | {_f(r['latency_s'])} | "
-                 f"{_f(r['ttft_s'])} | {_f(r['new_tokens'], 0)} | {_pct(r['acceptance_rate'])} | "
-                 f"{_f(r['mean_accepted_per_step'])} | {_f(r['target_forward_passes'], 0)} / "
-                 f"{_f(r['draft_forward_passes'], 0)} |" + ident)
+        cells = [r["prompt_id"], r["category"], _mode_label(r["mode"]), tps, _f(r["latency_s"]), _f(r["ttft_s"]),
+                 _f(r["new_tokens"], 0), _pct(r["acceptance_rate"]), _f(r["mean_accepted_per_step"]),
+                 f"{_f(r['target_forward_passes'], 0)} / {_f(r['draft_forward_passes'], 0)}"]
+        if v.greedy:
+            ident = r["identical_to_standard"]
+            cells.append("–" if ident is None else ("yes" if ident else "**no**"))
+        rows.append(cells)
+    L += table(head + (["identical"] if v.greedy else []), rows)
     L.append("")
-    errs = [r for r in report["rows"] if r["error"]]
+    errs = [r for r in v.report["rows"] if r["error"]]
     if errs:
         L.append("Errors (the mode failed on these prompts; they are left out of medians):\n")
-        for r in errs:
-            L.append(f"- {r['prompt_id']} / {r['mode']}: `{r['error']}`")
+        L += [f"- {r['prompt_id']} / {r['mode']}: `{r['error']}`" for r in errs]
         L.append("")
+    return L
 
-    # -- memory ------------------------------------------------------------------------------
-    L.append("## Memory\n")
-    L.append(f"Model weights: target {_gib(tgt.get('memory_bytes'))}"
-             + (f", draft {_gib(dft.get('memory_bytes'))}: standard decoding needs the target alone, speculative "
-                f"decoding with a draft needs {_gib((tgt.get('memory_bytes') or 0) + (dft.get('memory_bytes') or 0))} "
-                "of weights (plus the draft's KV cache); prompt lookup needs no second model." if dft else "."))
-    L.append(f"Peak per run, measured as {report['memory_method']}"
-             + (" — both models stay loaded in the process for the whole run, so on CPU the modes differ only "
-                "by caches and activations:" if "RSS" in report["memory_method"] else ":") + "\n")
-    L.append("| mode | peak memory (median over prompts) |")
-    L.append("|---|---|")
-    for name in names:
-        L.append(f"| {_mode_label(name)} | {_gib(overall[name]['peak_memory_bytes'])} |")
-    L.append("")
 
-    # -- method ----------------------------------------------------------------------------
-    L.append("## How this was measured\n")
-    L.append("- **Interleaved:** for each prompt, for each repeat, every mode ran once in turn (the order rotating by "
-             "one mode per group), so machine noise — other processes, frequency changes — is shared by all modes "
-             "instead of landing on one. Timings on a shared or small machine are still noisy: read the min–max "
-             "ranges, not just the medians.")
-    L.append("- **Warm-up:** each mode ran once on the first prompt before measuring; those runs are excluded.")
-    L.append("- **latency** is end to end: chat template and tokenization, generation, and detokenization to the final "
-             "text. **TTFT** is from the same start to the first new token. **tok/s** is new tokens over "
-             "generation time (prefill included, tokenization excluded), the same definition for every mode.")
-    L.append("- **α** (acceptance rate) = accepted / proposed draft tokens; **τ** = tokens emitted per speculative "
-             "step (a target pass that verified k ≥ 1 proposed tokens); **plain steps** = the share of target passes "
-             "that proposed nothing (the prefill, steps the adaptive controller left to the target, no lookup "
-             "match), whose tokens are `standard`; **mean k** = average draft length of the speculative steps.")
-    if llama:
-        L.append(f"- **llama.cpp** is llama.cpp's `llama-completion` (plain decoding) and `llama-speculative-simple "
-                 f"--spec-type draft-simple` (its speculative decoding: at its default draft length, and tuned with "
-                 f"`--spec-draft-n-max 16 --spec-draft-p-min 0.75`), each run as its own process on the same GGUF files, "
-                 f"the prompt text our chat template renders, {s.get('threads', '?')} threads for target and draft, "
-                 f"greedy at temperature 0. Its tok/s is from its own timings: generated tokens / (prompt "
-                 f"processing + decoding), prefill included like ours; its latency column is the whole process "
-                 f"(start-up and model mapping included). **× llama.cpp best** compares with the fastest llama.cpp "
-                 f"mode on each prompt. Its α is n_accept / n_drafted; it reports no τ.")
-    if HF_ASSISTED in has or HF_GENERATE in has:
+def _memory(v: _View) -> list[str]:
+    tgt, dft, method = v.target, v.draft, v.report["memory_method"]
+    L = ["## Memory\n",
+         f"Model weights: target {_gib(tgt.get('memory_bytes'))}"
+         + (f", draft {_gib(dft.get('memory_bytes'))}: standard decoding needs the target alone, speculative "
+            f"decoding with a draft needs {_gib((tgt.get('memory_bytes') or 0) + (dft.get('memory_bytes') or 0))} "
+            "of weights (plus the draft's KV cache); prompt lookup needs no second model." if dft else "."),
+         f"Peak per run, measured as {method}"
+         + (" — both models stay loaded in the process for the whole run, so on CPU the modes differ only "
+            "by caches and activations:" if "RSS" in method else ":") + "\n"]
+    L += table(["mode", "peak memory (median over prompts)"],
+               ([_mode_label(n), _gib(v.overall[n]["peak_memory_bytes"])] for n in v.names))
+    return L + [""]
+
+
+def _method(v: _View) -> list[str]:
+    L = ["## How this was measured\n",
+         "- **Interleaved:** for each prompt, for each repeat, every mode ran once in turn (the order rotating by "
+         "one mode per group), so machine noise — other processes, frequency changes — is shared by all modes "
+         "instead of landing on one. Timings on a shared or small machine are still noisy: read the min–max "
+         "ranges, not just the medians.",
+         "- **Warm-up:** each mode ran once on the first prompt before measuring; those runs are excluded.",
+         "- **latency** is end to end: chat template and tokenization, generation, and detokenization to the final "
+         "text. **TTFT** is from the same start to the first new token. **tok/s** is new tokens over "
+         "generation time (prefill included, tokenization excluded), the same definition for every mode.",
+         "- **α** (acceptance rate) = accepted / proposed draft tokens; **τ** = tokens emitted per speculative "
+         "step (a target pass that verified k ≥ 1 proposed tokens); **plain steps** = the share of target passes "
+         "that proposed nothing (the prefill, steps the adaptive controller left to the target, no lookup "
+         "match), whose tokens are `standard`; **mean k** = average draft length of the speculative steps."]
+    if v.llama:
+        spec = [m for m in v.modes if m.kind == LLAMACPP_SPEC]
+        ways = ", ".join(f"{_mode_label(m.name)} (`--spec-type {m.spec_type or 'draft-simple'}`"
+                         + (f" `--spec-draft-n-max {m.draft_tokens}`" if m.draft_tokens else "")
+                         + (f" `--spec-draft-p-min {m.p_min:g}`" if m.p_min is not None else "") + ")" for m in spec)
+        L.append("- **llama.cpp** is llama.cpp's `llama-completion` (plain decoding)"
+                 + (f" and `llama-speculative-simple` (its speculative decoding: {ways}; `draft-simple` drafts with "
+                    "the draft model, `ngram-mod` from n-grams of the text itself)" if spec else "")
+                 + f", each run as its own process on the same GGUF files, the prompt text our chat template renders, "
+                 f"{v.settings.get('threads', '?')} threads for target and draft, greedy at temperature 0. Its tok/s "
+                 f"is from its own timings: generated tokens / (prompt processing + decoding), prefill included like "
+                 f"ours; its latency column is the whole process (start-up and model mapping included). **× llama.cpp "
+                 f"best** compares with the fastest of all these llama.cpp modes on each prompt. Its α is n_accept / "
+                 f"n_drafted; it reports no τ.")
+    if HF_ASSISTED in v.has or HF_GENERATE in v.has:
         L.append("- **hf generate / hf assisted** are transformers' `model.generate()` and "
                  "`model.generate(assistant_model=draft)` on the same loaded models and prompt ids, with a clean "
                  "GenerationConfig (no repetition penalty or sampling defaults from the models' "
@@ -394,12 +471,7 @@ def render_markdown(report: dict, plots: list[str]) -> str:
                  "constant schedule, confidence threshold 0.4). τ for assisted generation is its tokens after the "
                  "first per target forward call after the prefill; transformers does not report α.")
     L.append("- **Speedups** are per-prompt ratios of median tok/s, then the median over prompts.")
-    L.append("")
-    if plots:
-        L.append("## Figures\n")
-        for p in plots:
-            L.append(f"![{p}]({p})\n")
-    return "\n".join(L) + "\n"
+    return L + [""]
 
 
 def _tok(t) -> str:
@@ -457,21 +529,14 @@ def _key_ratios(summ: dict, names: list[str], has: set[str]) -> list[str]:
         cols.append(("τ, code", cats[CODE], "mean_accepted_per_step"))
     if len(cols) < 2:
         return []
-    L = ["## Key ratios\n",
-         "Medians over the named prompts of per-prompt ratios (same prompt, same run).\n",
-         "| mode | " + " | ".join(c[0] for c in cols) + " |",
-         "|---|" + "---|" * len(cols)]
-    for name in names:
-        cells = []
-        for _, figs, key in cols:
-            v = figs[name].get(key)
-            if key.startswith("speedup_vs_") and name == key[len("speedup_vs_"):]:
-                cells.append("1×")
-            elif key == "mean_accepted_per_step":
-                cells.append(_f(v))
-            else:
-                cells.append(_x(v))
-        L.append(f"| {_mode_label(name)} | " + " | ".join(cells) + " |")
+    def cell(name, figs, key):
+        if key.startswith("speedup_vs_") and name == key[len("speedup_vs_"):]:
+            return "1×"
+        return _f(figs[name].get(key)) if key == "mean_accepted_per_step" else _x(figs[name].get(key))
+
+    L = ["## Key ratios\n", "Medians over the named prompts of per-prompt ratios (same prompt, same run).\n"]
+    L += table(["mode"] + [c[0] for c in cols],
+               ([_mode_label(name)] + [cell(name, figs, key) for _, figs, key in cols] for name in names))
     L.append("")
     if HF_GENERATE in has:
         sg = summ["overall"][STANDARD].get(f"speedup_vs_{HF_GENERATE}")

@@ -26,29 +26,23 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ..settings import DecodeSettings
 from .modes import HF_ASSISTED, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 
 @dataclass(frozen=True)
 class RunSettings:
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
+    """The decoding settings every mode shares (each mode sets its own mode, proposer and k;
+    each repeat its own seed), and how often and how long to run."""
+
+    decode: DecodeSettings
     repeats: int = 1
     warmup_tokens: int = 16
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
 
 
 def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
               progress: bool = True, near_tie: float = 1e-2, llama=None) -> dict:
     """-> {"runs": [record, ...], "warmup": [record, ...]}; records are plain dicts."""
     from tqdm import tqdm
-
-    from ..decoder import sample_seed
 
     warm = [m for m in modes] if settings.warmup_tokens > 0 else []
     total = len(warm) + len(prompts) * settings.repeats * len(modes)
@@ -62,11 +56,11 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
     gc.freeze()
     try:
         if warm:
-            ws = RunSettings(min(settings.warmup_tokens, settings.max_new_tokens), settings.temperature,
-                             settings.top_k, settings.top_p, settings.seed, 1, 0)
+            base = settings.decode
+            warm_settings = base.replace(max_new_tokens=min(settings.warmup_tokens, base.max_new_tokens)).for_sample(0)
             for mode in warm:
                 bar.set_postfix_str(f"warm-up {mode.name}", refresh=False)
-                rec = run_one(engine, prompts[0], mode, ws, sample_seed(settings.seed, 0), memory, hf, llama)
+                rec = run_one(engine, prompts[0], mode, warm_settings, memory, hf, llama)
                 rec["repeat"] = -1
                 warmup.append(_public(rec))
                 bar.update(1)
@@ -75,16 +69,16 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
             for r in range(settings.repeats):
                 shift = group % len(modes)
                 order = modes[shift:] + modes[:shift]
-                seed = sample_seed(settings.seed, r)
+                repeat = settings.decode.for_sample(r)
                 recs: dict[str, dict] = {}
                 for pos, mode in enumerate(order):
                     bar.set_postfix_str(f"{prompt.id} #{r + 1} {mode.name}", refresh=False)
-                    rec = run_one(engine, prompt, mode, settings, seed, memory, hf, llama)
+                    rec = run_one(engine, prompt, mode, repeat, memory, hf, llama)
                     rec["repeat"] = r
                     rec["order"] = pos
                     recs[mode.name] = rec
                     bar.update(1)
-                if settings.greedy:
+                if settings.decode.sampling.greedy:
                     _mark_identical(recs, engine.tokenizer, near_tie)
                     _mark_llamacpp_identical(recs)
                 for mode in modes:  # stored in mode order, whatever order they ran in
@@ -96,36 +90,39 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
     return {"runs": runs, "warmup": warmup}
 
 
-def run_one(engine, prompt, mode: Mode, settings: RunSettings, seed: int, memory, hf=None, llama=None) -> dict:
-    """One measured generation; a raw record (with token ids and events for the identity check)."""
+def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None) -> dict:
+    """One measured generation with `settings` (those of this repeat; the mode sets its own
+    mode, proposer and k); a raw record (with token ids and events for the identity check)."""
     gc.collect()
     rec = {"prompt_id": prompt.id, "category": prompt.category, "mode": mode.name, "kind": mode.kind,
            "draft_tokens": mode.draft_tokens, "error": None}
     if mode.is_hf or mode.is_llamacpp:
         try:
             if mode.is_hf:
-                return _run_hf(engine, prompt, mode, settings, seed, memory, hf, rec)
-            return _run_llamacpp(engine, prompt, mode, settings, seed, llama, rec)
+                return _run_hf(engine, prompt, mode, settings, memory, hf, rec)
+            return _run_llamacpp(engine, prompt, mode, settings, llama, rec)
         except Exception as exc:  # noqa: BLE001 -- the peer failing is a result, not our crash
             memory.stop()
             rec.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300], tokens_per_second=None,
                        token_ids=None, events=None)
             return rec
-    return _run_engine(engine, prompt, mode, settings, seed, memory, rec)
+    return _run_engine(engine, prompt, mode, settings, memory, rec)
 
 
-def _run_llamacpp(engine, prompt, mode, settings, seed, llama, rec) -> dict:
+def _run_llamacpp(engine, prompt, mode, settings: DecodeSettings, llama, rec) -> dict:
     """llama.cpp in its own process on the prompt text our chat template renders; its own
     timings (prefill + decoding), so its start-up and model mapping are left out."""
     if llama is None:
         raise RuntimeError("the llama.cpp baseline was not set up")
     text = engine.tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True, tokenize=False)
-    sampling = (settings.temperature, settings.top_k, settings.top_p, seed)
+    s = settings.sampling
+    sampling = (s.temperature, s.top_k, s.top_p, settings.seed)
     t0 = time.perf_counter()
     if mode.kind == LLAMACPP:
         res = llama.plain(text, settings.max_new_tokens, *sampling)
     else:
-        res = llama.speculative(text, settings.max_new_tokens, mode.draft_tokens, mode.p_min, *sampling)
+        res = llama.speculative(text, settings.max_new_tokens, mode.draft_tokens, mode.p_min, *sampling,
+                                spec_type=mode.spec_type)
     wall = time.perf_counter() - t0
     rec.update(
         prompt_tokens=res.prompt_tokens,
@@ -167,17 +164,12 @@ def _mark_llamacpp_identical(recs: dict[str, dict]) -> None:
         rec["text_parts_at"] = at
 
 
-def _run_engine(engine, prompt, mode, settings, seed, memory, rec) -> dict:
-    from ..decoder import DecodeSettings
-    from ..sampling import SamplingParams
-
-    sampling = SamplingParams(settings.temperature, settings.top_k, settings.top_p)
-    ds = DecodeSettings(settings.max_new_tokens, sampling, mode.draft_tokens or 1, seed)
+def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec) -> dict:
     memory.start()
     t0 = time.perf_counter()
     ids = engine.encode_chat(list(prompt.messages))
     t_tok = time.perf_counter()
-    gen = engine.generate(ids, ds, mode=mode.engine_mode, proposer=mode.proposer or "draft")
+    gen = engine.generate(ids, mode.settings(settings))
     first = None
     for _ev in gen:
         if first is None:
@@ -217,15 +209,16 @@ def _run_engine(engine, prompt, mode, settings, seed, memory, rec) -> dict:
     return rec
 
 
-def _run_hf(engine, prompt, mode, settings, seed, memory, hf, rec) -> dict:
+def _run_hf(engine, prompt, mode, settings: DecodeSettings, memory, hf, rec) -> dict:
     if hf is None:
         raise RuntimeError("the transformers baseline was not set up")
     memory.start()
     t0 = time.perf_counter()
     ids = engine.encode_chat(list(prompt.messages))
     t_tok = time.perf_counter()
-    res = hf.generate(ids, settings.max_new_tokens, settings.temperature, settings.top_k, settings.top_p,
-                      seed, assisted=mode.kind == HF_ASSISTED)
+    s = settings.sampling
+    res = hf.generate(ids, settings.max_new_tokens, s.temperature, s.top_k, s.top_p, settings.seed,
+                      assisted=mode.kind == HF_ASSISTED)
     t_gen = time.perf_counter()
     new = res.token_ids
     # generate() returns everything up to and including the first EOS (batch of one: no padding)

@@ -14,76 +14,44 @@ from __future__ import annotations
 import statistics
 import sys
 import threading
-import time
-from datetime import datetime, timezone
-from pathlib import Path
-
-from . import BenchError
-from .cli import command_line
+from .markdown import skipped_lines, table
+from .report import report_head
 
 
-def refuse_local_flags(args) -> None:
-    """Flags that only mean something for local models."""
-    if args.baseline not in ("none", ""):
-        raise BenchError("--baseline compares local models on this machine; a server target has none (drop it)")
-    if args.draft not in ("default", "none", ""):
-        raise BenchError("--draft: a server target drafts with its own draft model (drop --draft)")
-
-
-def run_server_bench(args) -> int:
-    from ..cli import settings_from_args
-    from ..decoder import sample_seed
-    from ..server import connect
-    from .prompts import load_prompts
-    from .report import write_json
-
-    refuse_local_flags(args)
-    cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
-    prompts = load_prompts(args.prompts, cats, args.limit)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise BenchError(f"--out: {str(out)!r} is a file, not a folder")
-    out.mkdir(parents=True, exist_ok=True)
-    args.draft_tokens = "adaptive"  # the server's own; settings_from_args only reads it
-    engine = connect(args.target, api_key=args.api_key, timeout=args.timeout)
-    started = time.perf_counter()
-    print(f"specdec bench: {len(prompts)} prompts x {args.repeats} repeats on the {engine.flavour} server at "
-          f"{engine.endpoint.url} -> {out}", file=sys.stderr)
-    warm = settings_from_args(args, sample_seed(args.seed, 0))
-    warm = type(warm)(min(args.warmup_tokens or 1, args.max_new_tokens), warm.sampling, warm.draft_tokens, warm.seed)
-    if args.warmup_tokens:
-        _one(engine, prompts[0], warm)
+def run_server_suite(engine, prompts, settings, repeats: int, warmup_tokens: int, progress: bool = True) -> list[dict]:
+    """Every prompt `repeats` times, in file order, after one untimed warm-up of `warmup_tokens`
+    (none for 0); repeat r runs with `settings.for_sample(r)`. -> one record per run."""
+    if warmup_tokens:
+        _one(engine, prompts[0], settings.replace(max_new_tokens=min(warmup_tokens, settings.max_new_tokens))
+             .for_sample(0))
     runs = []
     for p in prompts:
-        for r in range(args.repeats):
-            rec = _one(engine, p, settings_from_args(args, sample_seed(args.seed, r)))
+        for r in range(repeats):
+            rec = _one(engine, p, settings.for_sample(r))
             rec.update(prompt=p.id, category=p.category, repeat=r)
             runs.append(rec)
-            if not args.no_progress:
+            if progress:
                 print(f"  {p.id} #{r}: {rec['new_tokens']} tokens, {rec['tokens_per_second']:.1f} tok/s",
                       file=sys.stderr)
-    report = {
-        "schema": 1,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": command_line(args, server=True),
-        "note": args.note,
-        "server": engine.server_info(),
-        "models": {"target": engine.target.info.summary(),
-                   "draft": engine.draft.info.summary() if engine.draft is not None else None},
-        "settings": {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                     "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed, "repeats": args.repeats,
-                     "warmup_tokens": args.warmup_tokens},
-        "wall_seconds": time.perf_counter() - started,
+    return runs
+
+
+def server_report(engine, prompts, settings, repeats: int, warmup_tokens: int, runs: list[dict], command: str,
+                  note: str | None, wall_seconds: float, skipped: list[dict] = ()) -> dict:
+    s = settings.sampling
+    return {
+        **report_head(command, note),
+        "server": engine.server_info().to_dict(),
+        "models": {"target": engine.target_info.summary(),
+                   "draft": engine.draft_info.summary() if engine.draft_info is not None else None},
+        "settings": {"prompts": len(prompts), "max_new_tokens": settings.max_new_tokens, "temperature": s.temperature,
+                     "top_k": s.top_k, "top_p": s.top_p, "seed": settings.seed, "repeats": repeats,
+                     "warmup_tokens": warmup_tokens},
+        "wall_seconds": wall_seconds,
         "summary": summarize(runs),
         "runs": runs,
+        "skipped": list(skipped),
     }
-    write_json(out / "report.json", report)
-    (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    o = report["summary"]["overall"]
-    print(f"overall: {o['tokens_per_second']:.1f} tok/s (client), {o['server_tokens_per_second']:.1f} tok/s "
-          f"(server's clock), alpha {_f(o['acceptance_rate'])}, tau {_f(o['mean_accepted_per_step'])}")
-    print(f"report: {out / 'report.md'}")
-    return 0
 
 
 def _one(engine, prompt, settings) -> dict:
@@ -142,14 +110,14 @@ def render_markdown(report: dict) -> str:
         "server as it is. Client tok/s and time to first token include the network; the server's tok/s "
         "is its own decode clock.",
         "",
-        "| category | runs | tok/s (client) | tok/s (server) | first token s | α | τ |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    rows = list(report["summary"]["categories"].items()) + [("**overall**", report["summary"]["overall"])]
-    for name, f in rows:
-        lines.append(f"| {name} | {f['runs']} | {_f(f['tokens_per_second'], 1)} | "
-                     f"{_f(f['server_tokens_per_second'], 1)} | {_f(f['ttft_s'])} | {_f(f['acceptance_rate'])} | "
-                     f"{_f(f['mean_accepted_per_step'])} |")
+    groups = list(report["summary"]["categories"].items()) + [("**overall**", report["summary"]["overall"])]
+    lines += table(["category", "runs", "tok/s (client)", "tok/s (server)", "first token s", "α", "τ"],
+                   ([name, f["runs"], _f(f["tokens_per_second"], 1), _f(f["server_tokens_per_second"], 1),
+                     _f(f["ttft_s"]), _f(f["acceptance_rate"]), _f(f["mean_accepted_per_step"])]
+                    for name, f in groups), right=range(1, 7))
+    if report.get("skipped"):
+        lines += [""] + skipped_lines(report["skipped"])
     if report.get("note"):
         lines += ["", report["note"]]
     return "\n".join(lines) + "\n"

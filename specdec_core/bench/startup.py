@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .markdown import table
 from .report import save
 
 PROMPT = "Write a Python function that checks whether a string is a palindrome."
@@ -125,8 +126,8 @@ def render(r: dict) -> str:
     L = ["# Start-up, cache and memory of the embedded pair\n", f"Command: `{r['command']}`\n",
          f"- **machine:** {r.get('machine', '?')}", f"- **GGUF bytes of the pair:** {g / 2**30:.2f} GiB; "
          f"KV caches at the end of the chat: {kv / 2**20:.0f} MiB\n",
-         "| what | measured | goal | met |", "|---|---|---|---|"]
-    L += [f"| {a} | {b} | {c} | {'yes' if ok else '**no**'} |" for a, b, c, ok in rows]
+         ]
+    L += table(["what", "measured", "goal", "met"], ([a, b, c, "yes" if ok else "**no**"] for a, b, c, ok in rows))
     L += ["", "Cache contents after the runs:\n", "```"] + r["cache_files"] + ["```", ""]
     return "\n".join(L) + "\n"
 

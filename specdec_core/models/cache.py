@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..paths import APP_NAME, ENV_CACHE_DIR, cache_dir  # noqa: F401 -- re-exported for the models layer
+from ..paths import cache_dir
 
 
 def gguf_dir() -> Path:

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from . import cache
 from .errors import ModelError
+from .hub_files import file_patterns, hub_error
 from .spec import parse_spec
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -124,12 +125,6 @@ def _partial_path(repo_id: str, etag: str) -> Path:
     return downloads_dir() / _repo_folder(repo_id) / f"{etag}.part"
 
 
-def _hub_error(e: Exception, label: str) -> ModelError:
-    from .hub import _translate
-
-    return _translate(e, label)
-
-
 # ---------------------------------------------------------------- planning
 
 
@@ -140,8 +135,6 @@ def plan(spec: str, allow_pickle: bool = False) -> Plan:
     from huggingface_hub.hf_api import RepoFile
     from huggingface_hub.utils import filter_repo_objects
 
-    from .hub import _patterns
-
     sp = parse_spec(spec)
     if sp.kind not in ("hub", "hub-gguf"):
         raise ModelError(f"{spec} is not a hub id: give owner/name or owner/name/file.gguf")
@@ -150,7 +143,7 @@ def plan(spec: str, allow_pickle: bool = False) -> Plan:
         commit = api.model_info(sp.repo_id).sha
         tree = [f for f in api.list_repo_tree(sp.repo_id, recursive=True, revision=commit) if isinstance(f, RepoFile)]
     except Exception as e:  # noqa: BLE001
-        raise _hub_error(e, sp.repo_id) from None
+        raise hub_error(e, sp.repo_id) from None
     sizes = {f.path: (f.lfs.size if f.lfs is not None else f.size) for f in tree}
     ggufs = sorted(n for n in sizes if n.lower().endswith(".gguf"))
     if sp.kind == "hub-gguf":
@@ -159,7 +152,7 @@ def plan(spec: str, allow_pickle: bool = False) -> Plan:
             raise ModelError(f"{sp.repo_id} has no file {sp.filename}{hint}")
         names = [sp.filename]
     else:
-        names = sorted(filter_repo_objects(sizes, allow_patterns=_patterns(allow_pickle)))
+        names = sorted(filter_repo_objects(sizes, allow_patterns=file_patterns(allow_pickle)))
         if not any(n.endswith(".safetensors") for n in names):
             if ggufs:
                 listed = ", ".join(f"{n} ({sizes[n] / 2**30:.1f} GiB)" for n in ggufs[:3])
@@ -330,9 +323,9 @@ def download(spec: str, progress: Callable[[DownloadProgress], None] | None = No
     except OSError as e:
         if "No space left" in str(e) or getattr(e, "errno", None) == 28:
             raise ModelError(f"no disk space left while downloading {spec}; free space or set HF_HOME elsewhere") from None
-        raise _hub_error(e, spec) from None
+        raise hub_error(e, spec) from None
     except Exception as e:  # noqa: BLE001
-        raise _hub_error(e, spec) from None
+        raise hub_error(e, spec) from None
 
 
 # ---------------------------------------------------------------- leftovers
@@ -353,11 +346,3 @@ def partial_downloads() -> list[dict]:
                     "file": meta.get("file"), "size": meta.get("size"), "bytes": part.stat().st_size,
                     "path": str(part)})
     return out
-
-
-def discard_partial(repo_id: str) -> int:
-    """Delete the partial files kept for `repo_id`; returns the bytes freed."""
-    folder = downloads_dir() / _repo_folder(repo_id)
-    freed = sum(p.stat().st_size for p in folder.glob("*.part")) if folder.is_dir() else 0
-    shutil.rmtree(folder, ignore_errors=True)
-    return freed

@@ -11,60 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import ModelError
+from .hub_files import file_patterns, has_weights, hub_error
 from .types import Progress
-
-_BASE_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken", "*.py"]
-_PICKLE_PATTERNS = ["*.bin", "*.pt", "*.pth"]
-
-
-def _patterns(allow_pickle: bool) -> list[str]:
-    return _BASE_PATTERNS + (_PICKLE_PATTERNS if allow_pickle else [])
-
-
-def has_weights(folder: Path, allow_pickle: bool = False) -> bool:
-    """Whether a snapshot folder holds model weights (all shards, when an index names them)."""
-    import json
-
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError):
-            return False
-        return all((folder / s).is_file() for s in shards)
-    suffixes = (".safetensors",) + ((".bin", ".pt", ".pth") if allow_pickle else ())
-    return any(p.name.endswith(suffixes) and p.is_file() for p in folder.iterdir())
-
-
-def _offline_error(label: str) -> ModelError:
-    return ModelError(
-        f"cannot reach the Hugging Face hub to download {label}, and it is not in the local HF cache (offline); "
-        "connect to the internet once, or use 'default' or a local folder/.gguf"
-    )
-
-
-def _translate(e: Exception, label: str) -> ModelError:
-    """huggingface_hub's exceptions -> one-line ModelErrors."""
-    from huggingface_hub import errors as hf_errors
-
-    # First: it subclasses EntryNotFoundError.
-    if isinstance(e, hf_errors.LocalEntryNotFoundError):  # offline mode, or the network is down
-        return _offline_error(label)
-    if isinstance(e, hf_errors.GatedRepoError):
-        return ModelError(f"{label} is gated on the hub: accept its licence on huggingface.co and run `hf auth login`")
-    if isinstance(e, hf_errors.RepositoryNotFoundError):
-        return ModelError(f"no model {label} on the Hugging Face hub (or it is private: run `hf auth login`)")
-    if isinstance(e, hf_errors.RevisionNotFoundError):
-        return ModelError(f"{label}: revision not found on the hub")
-    if isinstance(e, hf_errors.EntryNotFoundError):
-        return ModelError(f"{label}: file not found in that hub repo")
-    if isinstance(e, OSError) and "No space left" in str(e):
-        return ModelError(f"no disk space left while downloading {label}; free space or set HF_HOME elsewhere")
-    # requests/httpx connection errors: their classes differ across huggingface_hub versions
-    name = type(e).__name__.lower()
-    if any(w in name for w in ("connect", "timeout", "network", "offline")):
-        return _offline_error(label)
-    return ModelError(f"could not download {label} from the hub: {type(e).__name__}: {e}")
 
 
 def _download(spec: str, label: str, progress: Progress | None, allow_pickle: bool) -> Path:
@@ -88,7 +36,7 @@ def snapshot(repo_id: str, *, allow_pickle: bool, progress: Progress | None = No
     from huggingface_hub import snapshot_download
     from huggingface_hub import errors as hf_errors
 
-    patterns = _patterns(allow_pickle)
+    patterns = file_patterns(allow_pickle)
     try:
         folder = Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
         # a snapshot holding only the tokenizer files (fetched to check a draft's compatibility)
@@ -98,7 +46,7 @@ def snapshot(repo_id: str, *, allow_pickle: bool, progress: Progress | None = No
     except hf_errors.LocalEntryNotFoundError:
         pass  # not cached: download below
     except Exception as e:  # noqa: BLE001 -- anything else is a real error worth reporting
-        raise _translate(e, repo_id) from None
+        raise hub_error(e, repo_id) from None
     return _download(repo_id, repo_id, progress, allow_pickle)
 
 
@@ -113,5 +61,5 @@ def gguf_file(repo_id: str, filename: str, *, progress: Progress | None = None) 
     except hf_errors.LocalEntryNotFoundError:
         pass
     except Exception as e:  # noqa: BLE001
-        raise _translate(e, label) from None
+        raise hub_error(e, label) from None
     return _download(label, label, progress, False)

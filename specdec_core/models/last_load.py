@@ -1,8 +1,8 @@
 """The report of the last load, kept so `specdec models` can show its notes.
 
 A load's notes say which kernels each model runs on, what was requantized and why a fallback
-happened (ModelInfo.notes); the app's side panel shows them for the pair it holds. The front
-ends that load a pair (the CLI's commands, the app's worker) call `save()`, and `specdec
+happened (ModelInfo.notes); the app's side panel shows them for the pair it holds. Opening a
+local pair (engines.open_engine, which every front end uses) calls `save()`, and `specdec
 models`, which loads nothing, reads the last one back. Writing it never fails a load.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from .cache import cache_dir
+from .types import ModelInfo
 
 FILE_NAME = "last-load.json"
 
@@ -23,19 +23,11 @@ def record_path() -> Path:
     return cache_dir() / FILE_NAME
 
 
-def _info(loaded) -> dict | None:
-    info = getattr(loaded, "info", None)
-    if info is None:
-        return None
-    d = asdict(info) if is_dataclass(info) else dict(vars(info))
-    d["notes"] = [str(n) for n in d.get("notes") or []]
-    return d
-
-
-def save(target, draft=None, path: Path | None = None) -> Path | None:
-    """Record the infos of a loaded pair (LoadedModel-like objects); None when it could not."""
+def save(target: ModelInfo, draft: ModelInfo | None = None, path: Path | None = None) -> Path | None:
+    """Record the infos of a loaded pair; None when it could not."""
     path = path or record_path()
-    data = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "target": _info(target), "draft": _info(draft)}
+    data = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "target": target.to_dict(),
+            "draft": draft.to_dict() if draft is not None else None}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")

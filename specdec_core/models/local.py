@@ -20,8 +20,6 @@ from . import cache, recent
 from .errors import ModelError
 
 # safetensors dtype names -> bytes per element
-ST_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
-            "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 ST_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
 _MAX_HEADER = 100 * 2**20  # a safetensors header larger than this is not one
 
@@ -157,7 +155,7 @@ def _folder_quant(config: dict, tensors: list[Tensor]) -> str:
 
 
 def describe_folder(folder: Path, origin: str, spec: str | None = None, name: str | None = None) -> LocalModel:
-    from .hub import has_weights
+    from .hub_files import has_weights
 
     folder = Path(folder)
     m = LocalModel(spec or str(folder), name or folder.name, origin, "?", "?", 0, path=str(folder))
@@ -240,7 +238,7 @@ def hf_cache_models() -> list[LocalModel]:
     (SPEC: its hub id, which loads from the cache) and each of its .gguf files (owner/repo/file)."""
     from huggingface_hub import constants, scan_cache_dir
 
-    from .hub import has_weights
+    from .hub_files import has_weights
 
     try:
         # explicitly: scan_cache_dir's default is the value HF_HUB_CACHE had at import time

@@ -140,7 +140,7 @@ def estimate(spec: str, role: str, *, dtype: str, quantization: str, device: str
         return Estimate(None, f"{label}: not downloaded yet")
     cached = try_to_load_from_cache(sp.repo_id, "config.json")
     if isinstance(cached, str):
-        from .hub import has_weights
+        from .hub_files import has_weights
 
         folder = Path(cached).parent
         if has_weights(folder):

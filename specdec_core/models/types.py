@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -26,6 +26,12 @@ class ModelInfo:
     load_seconds: float
     notes: list[str] = field(default_factory=list)  # what ran where, fallbacks and why, load times
     kernels: str = ""  # CPU kernel in use, e.g. "avx2 kernel: Q4_K x169, Q6_K x29 (GGUF blocks, ...) + lean forward"
+
+    def to_dict(self) -> dict:
+        """Plain values (the GUI's models box, the last-load record, a bench report)."""
+        d = asdict(self)
+        d["notes"] = [str(n) for n in self.notes]
+        return d
 
     def summary(self) -> str:
         """One line for logs and the CLI."""

@@ -123,7 +123,7 @@ def hub_tokenizer_folder(repo_id: str) -> Path:
     from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url, try_to_load_from_cache
     from huggingface_hub import errors as hf_errors
 
-    from .hub import _translate
+    from .hub_files import hub_error
 
     cached = try_to_load_from_cache(repo_id, "config.json")
     if isinstance(cached, str):
@@ -134,19 +134,19 @@ def hub_tokenizer_folder(repo_id: str) -> Path:
         get_hf_file_metadata(hf_hub_url(repo_id, "config.json"))
     except hf_errors.EntryNotFoundError as e:
         if isinstance(e, hf_errors.LocalEntryNotFoundError):
-            raise _translate(e, repo_id) from None
+            raise hub_error(e, repo_id) from None
     except Exception as e:  # noqa: BLE001
-        raise _translate(e, repo_id) from None
+        raise hub_error(e, repo_id) from None
     folder = None
     for name in TOKENIZER_FILES:
         try:
             folder = Path(hf_hub_download(repo_id, name)).parent
         except hf_errors.EntryNotFoundError as e:
             if isinstance(e, hf_errors.LocalEntryNotFoundError):
-                raise _translate(e, repo_id) from None
+                raise hub_error(e, repo_id) from None
             continue  # a repo has only some of these
         except Exception as e:  # noqa: BLE001
-            raise _translate(e, repo_id) from None
+            raise hub_error(e, repo_id) from None
     if folder is None:
         raise ModelError(f"{repo_id} has no tokenizer files on the hub")
     return folder

@@ -7,19 +7,20 @@ import time
 import torch
 
 from ..lm import CachedLM
-from ..sampling import SamplingParams, probabilities, sample_from
-from .base import Proposal
+from ..sampling import SamplingParams, greedy_picks, probabilities, sample_from, top_probability
+from .base import DRAFT, DraftPlan, Proposal
 
 
 class DraftModelProposer:
     name = "draft"
-    stops_on_confidence = True
-    # After plain target steps the draft reads only the last this-many tokens of what they
-    # wrote: reading a backlog costs ~0.1 of a target step a token on the project's CPU, so a
-    # probe after 32 plain steps paid ~11% of their time for text the next few proposals
-    # hardly need. What it skips is a gap in the draft's view only: the target verifies
-    # whatever the draft proposes from its own distribution, so exactness does not depend on
-    # what the draft has read.
+    sources = (DRAFT,)
+    # After steps it did not propose (plain steps, prompt lookup's) the draft reads only the
+    # last this-many tokens of what they wrote: reading a backlog costs ~0.1 of a target step
+    # a token on the project's CPU, so a probe after 32 plain steps paid ~11% of their time for
+    # text the next few proposals hardly need. What it skips is a gap in the draft's view
+    # only: the target verifies whatever the draft proposes from its own distribution, so
+    # exactness does not depend on what the draft has read. Its first read of a sequence (the
+    # prompt, or a chat turn's new message) is whole.
     catchup_window = 16
 
     def __init__(self, model: torch.nn.Module, target_vocab_size: int, lean=None):
@@ -29,6 +30,7 @@ class DraftModelProposer:
         # ids[i] is the draft's position i - offset for the text after its last gap (0: the
         # draft has read every committed token)
         self.offset = 0
+        self.fresh = True  # nothing of this sequence read yet past what a reset kept
 
     def reset(self, keep: list[int] | None = None) -> None:
         if keep is None:
@@ -36,36 +38,43 @@ class DraftModelProposer:
         else:
             self.lm.keep_prefix(keep)  # (stops at a gap: what follows it is read again)
         self.offset = 0
+        self.fresh = True
 
-    def propose(self, ids: list[int], k: int, params: SamplingParams, rng: torch.Generator,
-                min_confidence: float = 0.0) -> Proposal:
+    def unread(self, ids: list[int]) -> int:
+        pending = len(ids) - self.lm.length - self.offset
+        if pending <= 2:  # what a speculative step leaves: read with the first drafted token
+            return 0
+        return pending - 1 if self.fresh else min(pending - 1, self.catchup_window)
+
+    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
+        k, min_confidence = plan.draft, plan.min_confidence
         if k <= 0:
             return Proposal([])
         tokens: list[int] = []
         q_rows: list[torch.Tensor] = []
         start = self.lm.forward_passes
-        # Feed whatever the cache lacks: the prompt at first, then the target's last token
-        # (and, after an all-accepted step, the last draft token the draft never fed).
+        # Feed whatever the cache lacks: the target's last token (and, after an all-accepted
+        # step, the last draft token the draft never fed) -- or a backlog: the prompt on a
+        # late start, the text of steps the draft did not propose. A backlog is read in a pass
+        # of its own (no logits), so its time is told apart from what the drafted tokens cost.
         pending = ids[self.lm.length + self.offset :]
-        catchup = 0.0
-        if len(pending) > 2 and self.lm.length > 0:
-            # More than the one or two tokens a speculative step leaves unread, after the
-            # prompt: the text of plain steps. Read (the end of) it in a pass of its own (no
-            # logits), so its time is told apart from what the k drafted tokens cost.
-            skip = max(len(pending) - 1 - self.catchup_window, 0)
-            self.offset += skip
-            pending = pending[skip:]
+        catchup, read = 0.0, 0
+        if len(pending) > 2:
+            if not self.fresh:
+                skip = max(len(pending) - 1 - self.catchup_window, 0)
+                self.offset += skip
+                pending = pending[skip:]
             t = time.perf_counter()
             self.lm.forward(pending[:-1], logits_to_keep=0)
-            catchup, pending = time.perf_counter() - t, pending[-1:]
+            catchup, read, pending = time.perf_counter() - t, len(pending) - 1, pending[-1:]
+        self.fresh = False
         sure = 1.0  # the draft's own probability that every token so far is right
         expected = 0.0  # the sum of those: the number of these tokens it expects kept
         for _ in range(k):
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
             if params.greedy:
-                tok = int(torch.argmax(logits))
-                # the draft's own probability of its pick (softmax at T=1) -- only if asked
-                conf = float(torch.softmax(logits.float(), -1)[tok]) if min_confidence > 0 else 1.0
+                # its pick, and its own probability of it (softmax at T=1) -- only if asked
+                tok, conf = top_probability(logits) if min_confidence > 0 else (greedy_picks(logits[None])[0][0], 1.0)
             else:
                 q = probabilities(logits[None], params)[0]  # [V]
                 u = float(torch.rand((), generator=rng))
@@ -83,8 +92,9 @@ class DraftModelProposer:
                 break
         # The last proposed token is not fed: k passes give k tokens. observe() rolls back.
         q_draft = torch.stack(q_rows) if q_rows else None
-        return Proposal(tokens, q_draft, self.lm.forward_passes - start, catchup,
-                        expected if min_confidence > 0 or not params.greedy else None)
+        return Proposal(tokens, q_draft, self.lm.forward_passes - start, catchup_seconds=catchup,
+                        catchup_tokens=read, source=DRAFT,
+                        expected_accepted=expected if min_confidence > 0 or not params.greedy else None)
 
     def observe(self, ids: list[int], n_accepted: int) -> None:
         # Keep the committed prefix the cache already holds; everything after the last

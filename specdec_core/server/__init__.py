@@ -9,15 +9,15 @@ ours. No Qt and no torch here.
     for ev in gen: ...                                   # TokenEvents, kinds as the server tells
     gen.stats                                            # ServerStats: the server's own figures
 
-Files: http.py (requests and streams, errors as one line), engine.py (probe and the
-Engine-shaped ServerEngine), generation.py (the two stream readers, ServerStats), steps.py
+Files: http.py (requests and streams, errors as one line), engine.py (probe, and ServerEngine:
+the engine boundary, contract.EngineLike, over HTTP), generation.py (the two stream readers, ServerStats), steps.py
 (each token's kind from llama-server's draft counters), prometheus.py (vLLM's and
 llama-server's /metrics counters), errors.py.
 """
 
-from .engine import API_KEY_ENV, ChatPrompt, ServerEngine, connect, is_server_spec
+from .engine import API_KEY_ENV, ServerEngine, connect, is_server_spec
 from .errors import ServerError, StreamBroken
 from .generation import ServerGeneration, ServerStats
 
-__all__ = ["API_KEY_ENV", "ChatPrompt", "ServerEngine", "ServerError", "ServerGeneration", "ServerStats",
+__all__ = ["API_KEY_ENV", "ServerEngine", "ServerError", "ServerGeneration", "ServerStats",
            "StreamBroken", "connect", "is_server_spec"]

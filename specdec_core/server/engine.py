@@ -1,4 +1,4 @@
-"""A server as the target: the same calls as specdec_core.engine.Engine, served over HTTP.
+"""A server as the target: the engine boundary (contract.EngineLike), served over HTTP.
 
 `connect(url)` asks the server what it is before anything is generated:
 
@@ -10,12 +10,16 @@
 - vLLM (owned_by "vllm"): its /metrics say whether speculative decoding is configured;
   answers through /v1/chat/completions, kinds `server`, figures per request when the server
   reports them (--per-request-spec-decode-metrics) else from its Prometheus counters;
+- `specdec serve` (owned_by "specdec", this project's own server): prompts through its /tokenize,
+  answers through its /v1/completions stream, which carries every token's kind and the engine's
+  Stats as they are (specdec.py): nothing rebuilt; every request carries the whole settings
+  value, so it can be toggled to standard and raced like models loaded here;
 - any other OpenAI-compatible server: answers and nothing more (kind `server`).
 
-The server decodes with its own draft; neither engine takes a request that turns drafting
-off (llama-server of this build has its per-request speculative fields switched off; vLLM
-configures speculation per server), so `race_refusal` says why such a target cannot be raced
-and `generate(mode="standard")` is refused on a server that drafts.
+Those others decode with their own draft; neither llama-server nor vLLM takes a request that
+turns drafting off (llama-server of this build has its per-request speculative fields switched
+off; vLLM configures speculation per server), so `race_refusal` says why such a target cannot be
+raced and settings with mode "standard" are refused on a server that drafts.
 """
 
 from __future__ import annotations
@@ -24,31 +28,25 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ..context import Fit, Messages, fit_chat
+from ..contract import ChatPrompt, EngineError, Prompt, ServerInfo, prompt_tokens
 from ..models.types import ModelInfo
+from ..serve.protocol import EXTENSION, OWNED_BY
+from ..settings import DecodeSettings
 from .errors import HTTPStatusError, ServerError
 from .generation import Request, ServerGeneration, stream_llama, stream_openai
 from .http import DEFAULT_TIMEOUT, Endpoint
+from .specdec import stream_specdec
 
 API_KEY_ENV = "SPECDEC_API_KEY"
-LLAMA_CPP, VLLM, OPENAI = "llama.cpp", "vLLM", "OpenAI-compatible"
+LLAMA_CPP, VLLM, SPECDEC, OPENAI = "llama.cpp", "vLLM", "specdec serve", "OpenAI-compatible"
 
 
 def is_server_spec(spec: object) -> bool:
     """A target SPEC that names a server: http://HOST:PORT or https://... (a mistyped one such as
     "http:/host" too, so it is told what a server address looks like, not what a model is)."""
     return isinstance(spec, str) and spec.strip().lower().startswith(("http:", "https:"))
-
-
-@dataclass(frozen=True)
-class ChatPrompt:
-    """A chat for a server that applies its own template (OpenAI chat completions)."""
-
-    messages: tuple
-
-    def __len__(self) -> int:
-        return len(self.messages)
 
 
 def connect(url: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -78,11 +76,13 @@ def connect(url: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEO
         props = _optional_json(endpoint, "/props")
     if isinstance(props, dict) and "default_generation_settings" in props:
         engine = _llama(endpoint, first, props)
+    elif owner == OWNED_BY and isinstance(first.get(EXTENSION), dict):
+        engine = _specdec(endpoint, first)
     elif owner == "vllm":
         engine = _vllm(endpoint, first)
     else:
         engine = ServerEngine(endpoint, OPENAI, str(first["id"]), None, "")
-    engine.target.info.load_seconds = time.perf_counter() - t0
+    engine.target_info.load_seconds = time.perf_counter() - t0
     say(f"Connected to {engine.flavour} at {endpoint.url}", 1.0)
     return engine
 
@@ -104,7 +104,7 @@ def _llama(endpoint: Endpoint, model: dict, props: dict) -> ServerEngine:
     meta = model.get("meta") or {}
     # the slot names its drafting (e.g. draft-simple) once it has served a request
     engine = ServerEngine(endpoint, LLAMA_CPP, str(model["id"]), speculative, types)
-    info = engine.target.info
+    info = engine.target_info
     info.quantization = str(props.get("model_ftype") or "gguf")
     info.memory_bytes = int(meta.get("size") or 0)
     info.notes.append(f"llama-server build {props.get('build_info', '?')}, {props.get('total_slots', '?')} slot(s), "
@@ -112,6 +112,33 @@ def _llama(endpoint: Endpoint, model: dict, props: dict) -> ServerEngine:
     n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")  # one slot's context
     engine.context_length = int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
     return engine
+
+
+def _specdec(endpoint: Endpoint, model: dict) -> ServerEngine:
+    """What a `specdec serve` says of its pair in its model card: the models as they loaded
+    there, its context and vocabulary."""
+    card = model[EXTENSION]
+    draft = card.get("draft")
+    # what it drafts with: its draft model, else prompt lookup (copies from the conversation)
+    drafting = str(draft.get("name") or "draft model") if isinstance(draft, dict) else "prompt lookup"
+    engine = ServerEngine(endpoint, SPECDEC, str(model["id"]), True, drafting)
+    where = f"{SPECDEC} server at {endpoint.url}"
+    engine.target_info = _served_info(card.get("target") or {}, model["id"], endpoint.url, where)
+    engine.draft_info = _served_info(draft, "draft", endpoint.url, where) if isinstance(draft, dict) else None
+    engine.target_info.notes.append(f"specdec serve {card.get('version', '?')}: every token's kind and the "
+                                    "engine's Stats come as the serving engine decided them")
+    n_ctx, vocab = model.get("max_model_len"), card.get("vocab_size")
+    engine.context_length = n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+    engine.vocab_size = vocab if isinstance(vocab, int) and vocab > 0 else None
+    return engine
+
+
+def _served_info(d: dict, name: str, url: str, where: str) -> ServerModelInfo:
+    notes = [str(n) for n in d.get("notes") or []]
+    return ServerModelInfo(name=str(d.get("name") or name), source=url, dtype=str(d.get("dtype") or "server's own"),
+                           quantization=str(d.get("quantization") or "server's own"), device=where,
+                           memory_bytes=int(d.get("memory_bytes") or 0), load_seconds=0.0, notes=notes,
+                           kernels=str(d.get("kernels") or ""))
 
 
 def _vllm(endpoint: Endpoint, model: dict) -> ServerEngine:
@@ -124,21 +151,21 @@ def _vllm(endpoint: Endpoint, model: dict) -> ServerEngine:
     version = _optional_json(endpoint, "/version")
     engine = ServerEngine(endpoint, VLLM, str(model["id"]), speculative, "speculative config")
     if isinstance(version, dict) and version.get("version"):
-        engine.target.info.notes.append(f"vLLM {version['version']}")
+        engine.target_info.notes.append(f"vLLM {version['version']}")
     if speculative is None:
-        engine.target.info.notes.append("its /metrics page could not be read: speculative figures unknown")
+        engine.target_info.notes.append("its /metrics page could not be read: speculative figures unknown")
     return engine
 
 
 class ServerEngine:
-    """Engine-shaped: encode_chat / encode_prompt / generate, `target` and `draft` with their
-    ModelInfo. `tokenizer` is None: the server tokenizes."""
+    """contract.EngineLike over HTTP. The server tokenizes and decodes; a llama-server's prompts
+    are its own token ids (so they are measured against its context), other servers' the
+    messages themselves (ChatPrompt: not measured here)."""
 
-    is_server = True
-    tokenizer = None
     # prompt + answer budget must fit (the app offers to leave the oldest turns out); known for
-    # llama-server, whose prompts are token ids here; None: not checked before sending
+    # llama-server; None: not checked before sending
     context_length: int | None = None
+    vocab_size = None  # the server checks raw ids itself
 
     def __init__(self, endpoint: Endpoint, flavour: str, model: str, speculative: bool | None, spec_types: str):
         self.endpoint = endpoint
@@ -147,15 +174,15 @@ class ServerEngine:
         self.speculative = speculative  # the server drafts (True), does not (False), does not say (None)
         self.spec_types = spec_types
         where = f"{flavour} server at {endpoint.url}"
-        self.target = _Role(ServerModelInfo(
+        self.target_info = ServerModelInfo(
             name=model.replace("\\", "/").rsplit("/", 1)[-1] or model, source=endpoint.url, dtype="server's own",
-            quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0))
-        self.draft = None
+            quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0)
+        self.draft_info = None
         if speculative:
             how = f" ({spec_types})" if spec_types else ""
-            self.draft = _Role(ServerModelInfo(
+            self.draft_info = ServerModelInfo(
                 name=f"the server's own draft{how}", source=endpoint.url, dtype="server's own",
-                quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0))
+                quantization="server's own", device=where, memory_bytes=0, load_seconds=0.0)
 
     # -- what this server can do ----------------------------------------------------------
     @property
@@ -181,65 +208,83 @@ class ServerEngine:
         return (f"the server at {url} cannot be raced: it does not say whether it drafts, and no request can "
                 "turn drafting on or off")
 
-    def server_info(self) -> dict:
-        """Plain values for the GUI: what the server is and what it tells."""
-        return {
-            "url": self.endpoint.url,
-            "engine": self.flavour,
-            "model": self.model,
-            "mode": self.mode,
-            "speculative": self.speculative,
-            "proposer": self.spec_types,
-            "colours": "per token" if self.flavour == LLAMA_CPP else "none",
-            "can_race": False,
-            "race_note": self.race_refusal,
-            "can_toggle": False,
-        }
+    def server_info(self) -> ServerInfo:
+        if self.flavour == SPECDEC:  # every setting travels with each request: a target like one loaded here
+            return ServerInfo(url=self.endpoint.url, engine=self.flavour, model=self.model, mode=self.mode,
+                              speculative=True, proposer=self.spec_types, colours="exact", race_note="",
+                              can_race=True, can_toggle=True)
+        return ServerInfo(url=self.endpoint.url, engine=self.flavour, model=self.model, mode=self.mode,
+                          speculative=self.speculative, proposer=self.spec_types,
+                          colours="per token" if self.flavour == LLAMA_CPP else "none", race_note=self.race_refusal)
+
+    def fork(self) -> ServerEngine:
+        """A race's lane: a `specdec serve` takes each lane's requests in turn (one decode at a
+        time there, so each lane's clock, the engine's own, counts its compute alone)."""
+        if self.flavour != SPECDEC:
+            raise EngineError(self.race_refusal)
+        twin = ServerEngine(self.endpoint, self.flavour, self.model, self.speculative, self.spec_types)
+        twin.target_info, twin.draft_info = self.target_info, self.draft_info
+        twin.context_length, twin.vocab_size = self.context_length, self.vocab_size
+        return twin
 
     # -- prompts ----------------------------------------------------------------------------
-    def encode_chat(self, messages: list[dict[str, str]]):
-        """llama-server: token ids through its own template and tokenizer (what its chat
-        endpoint would feed the model); others: the messages, for their chat endpoint."""
+    def encode_chat(self, messages: Messages) -> Prompt:
+        """llama-server, specdec serve: token ids through its own template and tokenizer (what its
+        chat endpoint would feed the model); others: the messages, for their chat endpoint."""
+        if self.flavour == SPECDEC:
+            return self._tokenize({"model": self.model, "messages": list(messages)})
         if self.flavour != LLAMA_CPP:
             return ChatPrompt(tuple(dict(m) for m in messages))
         tpl = self.endpoint.post_json("/apply-template", {"messages": list(messages)})
         text = tpl.get("prompt") if isinstance(tpl, dict) else None
         if not isinstance(text, str):
             raise ServerError(f"{self.endpoint.url}/apply-template did not return a prompt")
-        tok = self.endpoint.post_json("/tokenize", {"content": text, "add_special": True, "parse_special": True})
+        return self._tokenize({"content": text, "add_special": True, "parse_special": True})
+
+    def encode_prompt(self, text: str) -> Prompt:
+        return self.encode_chat([{"role": "user", "content": text}])
+
+    def encode_text(self, text: str) -> Prompt:
+        """Raw text through the server's tokenizer (llama-server, specdec serve); other servers
+        do not tokenize for their clients."""
+        if self.flavour == SPECDEC:
+            return self._tokenize({"model": self.model, "prompt": text})
+        if self.flavour == LLAMA_CPP:
+            return self._tokenize({"content": text, "add_special": True, "parse_special": True})
+        raise EngineError(f"the {self.flavour} server at {self.endpoint.url} does not tokenize text for its "
+                          "clients: send it chat messages")
+
+    def _tokenize(self, body: dict) -> list[int]:
+        tok = self.endpoint.post_json("/tokenize", body)
         ids = tok.get("tokens") if isinstance(tok, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise ServerError(f"{self.endpoint.url}/tokenize did not return token ids")
         return ids
 
-    def encode_prompt(self, text: str):
-        return self.encode_chat([{"role": "user", "content": text}])
+    def count_tokens(self, messages: Messages) -> int | None:
+        return prompt_tokens(self.encode_chat(messages))
 
-    @property
-    def vocab_size(self) -> int | None:
-        return None
+    def fit(self, messages: Messages, max_new_tokens: int, dropped: int = 0) -> Fit:
+        return fit_chat(messages, max_new_tokens, self.context_length, self.encode_chat, prompt_tokens, dropped)
 
     # -- decoding ----------------------------------------------------------------------------
-    def new_proposer(self, name: str):
-        raise ServerError(self.race_refusal)
-
-    proposer = new_proposer
-
-    def generate(self, prompt, settings, *, mode: str = "speculative", proposer: str = "draft",
-                 cancel: threading.Event | None = None, reuse_cache: bool = False) -> ServerGeneration:
-        """Stream one answer. `settings` is a DecodeSettings (read by attribute; its draft length
-        is the server's own business). `mode` must be what the server does, or "speculative" on a
-        server that does not say; `proposer` is ignored (the server's own drafting)."""
-        if mode == "standard" and self.speculative:
+    def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
+                 reuse_cache: bool = False) -> ServerGeneration:
+        """Stream one answer. A `specdec serve` takes every setting; elsewhere the draft length
+        and the proposer are the server's own business, and the mode must be what the server
+        does ("speculative" on a server that does not say)."""
+        if settings.mode == "standard" and self.speculative and self.flavour != SPECDEC:
             raise ServerError(f"the {self.flavour} server at {self.endpoint.url} drafts on every request and no "
                               "request can turn that off, so it cannot decode standard here; run a server without "
                               "a draft for standard decoding")
-        if not prompt:
+        if not (prompt.messages if isinstance(prompt, ChatPrompt) else prompt):
             raise ServerError("the prompt is empty: give at least one token")
-        s = settings.sampling
-        req = Request(settings.max_new_tokens, float(s.temperature), int(s.top_k), float(s.top_p), int(settings.seed),
-                      self.mode, self.spec_types or None, reuse_cache, cancel)
+        req = Request(settings, self.mode, self.spec_types or None, reuse_cache, cancel)
         base = {"url": self.endpoint.url, "engine": self.flavour, "model": self.model}
+        if self.flavour == SPECDEC:
+            if isinstance(prompt, ChatPrompt):
+                prompt = self.encode_chat(list(prompt.messages))
+            return ServerGeneration(stream_specdec(self.endpoint, self.model, list(prompt), req, base), own_clock=True)
         if self.flavour == LLAMA_CPP:
             if isinstance(prompt, ChatPrompt):
                 prompt = self.encode_chat(list(prompt.messages))
@@ -256,13 +301,3 @@ class ServerModelInfo(ModelInfo):
         size = f", {self.memory_bytes / 2**30:.2f} GiB" if self.memory_bytes else ""
         quant = f" ({self.quantization})" if self.quantization != "server's own" else ""
         return f"{self.name}{quant}{size} on the {self.device} (connected in {self.load_seconds:.2f} s)"
-
-
-@dataclass
-class _Role:
-    """What the CLI and the GUI read of a loaded model: its info (a server has no weights here)."""
-
-    info: ModelInfo
-    model: object = None
-    eos_token_ids: tuple = ()
-    gguf_path: object = None

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ..events import EventSequence, Stats, TokenEvent, TokenKind
+from ..events import EventStream, Stats, TokenEvent, TokenKind
+from ..settings import DecodeSettings
 from .errors import ServerError, StreamBroken
 from .prometheus import SpecFigures, figures_from_counters, figures_from_vllm_request
 from .steps import StepRebuilder
@@ -57,8 +58,11 @@ def figure_notes(server: dict, draft_tokens: int, accepted_draft_tokens: int) ->
     return notes
 
 
-class ServerGeneration(EventSequence):
-    def __init__(self, run: Callable[[ServerGeneration], Iterator[TokenEvent]]):
+class ServerGeneration(EventStream):
+    def __init__(self, run: Callable[[ServerGeneration], Iterator[TokenEvent]], own_clock: bool = False):
+        # own_clock: the events' `t` are the serving engine's compute clock (a `specdec serve`),
+        # which a race reads as the lane's clock instead of the time it waits on the network
+        self.own_clock = own_clock
         self.events: list[TokenEvent] = []
         self.stats: ServerStats | None = None
         self.error: ServerError | None = None
@@ -79,11 +83,6 @@ class ServerGeneration(EventSequence):
             self.events.append(ev)
             yield ev
 
-    def run(self) -> ServerGeneration:
-        for _ in self:
-            pass
-        return self
-
     @property
     def text(self) -> str:
         return "".join(e.text for e in self.events)
@@ -91,13 +90,9 @@ class ServerGeneration(EventSequence):
 
 @dataclass(frozen=True)
 class Request:
-    """What the engine asks of one answer, as plain values."""
+    """What the engine asks of one answer: the user's settings, and what the server will do."""
 
-    max_new_tokens: int
-    temperature: float
-    top_k: int
-    top_p: float
-    seed: int
+    settings: DecodeSettings  # the budget, sampling and seed are read; k and the proposer are the server's
     mode: str  # what the server will do: "speculative" | "standard" | "server" (not said)
     proposer: str | None  # the server's own drafting, e.g. "draft-simple"
     reuse_cache: bool
@@ -109,12 +104,13 @@ def llama_body(prompt_ids: list[int], req: Request) -> dict:
     """The /completion request: the sampling the engine's promise covers (temperature, then
     top-k, then top-p; nothing else) spelled out, since llama-server's defaults add min-p 0.05,
     top-k 40 and top-p 0.95 and apply temperature last."""
+    s = req.settings.sampling
     return {
         "prompt": list(prompt_ids),
-        "n_predict": req.max_new_tokens,
-        "temperature": req.temperature,
-        "top_k": req.top_k,
-        "top_p": req.top_p,
+        "n_predict": req.settings.max_new_tokens,
+        "temperature": float(s.temperature),
+        "top_k": int(s.top_k),
+        "top_p": float(s.top_p),
         "min_p": 0.0,
         "typical_p": 1.0,
         "repeat_penalty": 1.0,
@@ -126,7 +122,7 @@ def llama_body(prompt_ids: list[int], req: Request) -> dict:
         "mirostat": 0,
         "samplers": ["temperature", "top_k", "top_p"],
         # llama.cpp's seed is 32 bits and 0xFFFFFFFF means "random"
-        "seed": req.seed % 0xFFFFFFFF,
+        "seed": int(req.settings.seed) % 0xFFFFFFFF,
         "stream": True,
         "timings_per_token": True,
         "return_tokens": True,
@@ -246,17 +242,18 @@ def _llama_stats(rb: StepRebuilder, timings: dict, req: Request, proposer: str |
 # -- OpenAI-compatible ----------------------------------------------------------------------
 def openai_body(model: str, prompt, req: Request, vllm: bool) -> tuple[str, dict]:
     """(path, body): chat messages go to /v1/chat/completions, token ids to /v1/completions."""
+    s = req.settings.sampling
     body: dict = {
         "model": model,
-        "max_tokens": req.max_new_tokens,
-        "temperature": req.temperature,
-        "top_p": req.top_p,
-        "seed": req.seed % 2**31,
+        "max_tokens": req.settings.max_new_tokens,
+        "temperature": float(s.temperature),
+        "top_p": float(s.top_p),
+        "seed": int(req.settings.seed) % 2**31,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if req.top_k > 0:  # "off" is spelled differently by each server: leave it out
-        body["top_k"] = req.top_k
+    if s.top_k > 0:  # "off" is spelled differently by each server: leave it out
+        body["top_k"] = int(s.top_k)
     if vllm:
         body["return_token_ids"] = True
     if isinstance(prompt, list):

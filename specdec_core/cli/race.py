@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sys
 
+from ..settings import DEFAULT_PROPOSER, PROPOSERS
+from .args import UsageError, add_model_args, add_sampling_args, open_from_args, settings_from_args
+from .terminal import print_loaded
 
-def add_race_parser(subparsers) -> None:
-    from .cli import add_model_args, add_sampling_args
 
-    r = subparsers.add_parser(
+def add_parser(sub) -> None:
+    r = sub.add_parser(
         "race",
         help="race standard against speculative decoding on one prompt",
         description="Run the same prompt with standard and with speculative decoding (same target, "
@@ -19,22 +21,22 @@ def add_race_parser(subparsers) -> None:
     add_model_args(r)
     r.add_argument("--prompt", required=True, help="one user message, through the target's chat template")
     add_sampling_args(r)
-    r.add_argument("--proposer", default="draft", choices=["draft", "prompt-lookup"])
+    r.add_argument("--proposer", choices=PROPOSERS,
+                   help=f"where proposals come from (default {DEFAULT_PROPOSER}: copied from the conversation "
+                        "where it has a continuation, else the draft model)")
     r.add_argument("--json", action="store_true", help="one JSON object with both lanes and the summary")
 
 
-def run_race(args) -> int:
-    from .cli import UsageError, load_engine, print_loaded, settings_from_args
-
+def run(args) -> int:
     if not args.prompt.strip():
         raise UsageError("--prompt is empty: give the text to race on")
-    settings = settings_from_args(args, args.seed)  # validates before loading anything
-    engine = load_engine(args, need_draft=args.proposer == "draft")
+    settings = settings_from_args(args)  # checked before loading anything
+    engine = open_from_args(args, settings.needs_draft)
     print_loaded(engine)
 
-    from .race import CLOCK_NOTE, start_race
+    from ..race import CLOCK_NOTE, start_race
 
-    race = start_race(engine, engine.encode_prompt(args.prompt), settings, args.proposer)
+    race = start_race(engine, engine.encode_prompt(args.prompt), settings)
     live = sys.stderr.isatty()
     counts = {"standard": 0, "speculative": 0}
     for rev in race:

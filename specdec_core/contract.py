@@ -1,0 +1,164 @@
+"""The one engine boundary: what the app, the CLI, the race and the bench type against.
+
+Two engines implement `EngineLike`: the local `Engine` (engine.py: a target, and a draft, loaded
+here) and `ServerEngine` (server/engine.py: a server decodes with its own draft). Every front end
+gets one from `open_engine` (engines.py) and then only:
+
+    fit = engine.fit(messages, settings.max_new_tokens)       # encoded, measured, or what to drop
+    gen = engine.generate(fit.prompt, settings, cancel=...)   # iterate TokenEvents; gen.stats
+    engine.target_info, engine.draft_info, engine.server_info(), engine.context_length
+
+The settings are one value (settings.DecodeSettings); the events and Stats are events.py's,
+the one source of every number shown. No torch here. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Protocol, Union, runtime_checkable
+
+from .context import Fit, Messages
+from .events import Stats, TokenEvent
+from .models.types import ModelInfo
+from .settings import DecodeSettings
+
+
+class EngineError(ValueError):
+    """A request the loaded engine cannot serve; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A prompt for a server that applies its own chat template (OpenAI chat completions): the
+    messages as they are; how many tokens they make is the server's to know."""
+
+    messages: tuple
+
+
+# What an engine generates from: token ids (the target's tokenizer, its chat template), or the
+# messages themselves for a server that tokenizes them.
+Prompt = Union[list[int], ChatPrompt]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server target is and what it tells (plain values: the GUI reads them)."""
+
+    url: str
+    engine: str  # "llama.cpp" | "vLLM" | "OpenAI-compatible"
+    model: str
+    mode: str  # what every request gets: "speculative" | "standard" | "server" (not said); the default
+    # where requests choose (can_toggle)
+    speculative: bool | None
+    proposer: str  # the server's own drafting, e.g. "draft-simple" ("" when not said)
+    colours: str  # "exact" (every token's kind as the serving engine decided it: specdec serve) |
+    # "per token" (every token's kind rebuilt from draft counters) | "none" (kind server)
+    race_note: str  # why it cannot be raced ("" where it can)
+    can_race: bool = False  # a request can say standard or speculative (specdec serve; not llama-server, vLLM)
+    can_toggle: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@runtime_checkable
+class GenerationLike(Protocol):
+    """One answer: iterate for TokenEvents; afterwards `stats`, `text`, `token_ids`, `kinds`, `sources`.
+    When a stream breaks off, iteration raises after the events that arrived and `stats`
+    describes those (stop_reason "error")."""
+
+    events: list[TokenEvent]
+    stats: Stats | None
+
+    def __iter__(self) -> Iterator[TokenEvent]: ...
+
+    def snapshot(self) -> Stats:
+        """The running stats of the tokens handed out so far (the final ones once done)."""
+        ...
+
+    def run(self) -> GenerationLike: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def token_ids(self) -> list[int]: ...
+
+    @property
+    def kinds(self) -> list[str]: ...
+
+    @property
+    def sources(self) -> list[str]: ...
+
+
+@runtime_checkable
+class EngineLike(Protocol):
+    """An engine as every front end sees it."""
+
+    @property
+    def target_info(self) -> ModelInfo:
+        """What the target was actually loaded as (or what the server says of it)."""
+        ...
+
+    @property
+    def draft_info(self) -> ModelInfo | None:
+        """The draft's, None when there is none."""
+        ...
+
+    @property
+    def context_length(self) -> int | None:
+        """The target's context in tokens (prompt plus answer); None: unknown, nothing refused."""
+        ...
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The target's vocabulary size, to check raw token ids; None: the server checks them."""
+        ...
+
+    def server_info(self) -> ServerInfo | None:
+        """What the server is and tells; None for models loaded here."""
+        ...
+
+    def encode_chat(self, messages: Messages) -> Prompt:
+        """[{"role", "content"}, ...] -> the prompt, through the target's chat template, ending
+        with the assistant's turn opener."""
+        ...
+
+    def encode_prompt(self, text: str) -> Prompt:
+        """One user message through the chat template."""
+        ...
+
+    def encode_text(self, text: str) -> Prompt:
+        """Raw text through the target's tokenizer alone, no chat template (its own special
+        tokens, such as a BOS, as the tokenizer adds them): an OpenAI completions prompt.
+        EngineError where a server does not tokenize for its clients."""
+        ...
+
+    def count_tokens(self, messages: Messages) -> int | None:
+        """How many prompt tokens the chat makes (None where the server does not say). Slow
+        enough for a worker thread, never the GUI's."""
+        ...
+
+    def fit(self, messages: Messages, max_new_tokens: int, dropped: int = 0) -> Fit:
+        """The chat without its `dropped` oldest messages, encoded and measured against the
+        context (context.fit_chat: the one rule); when it does not fit, how many to drop."""
+        ...
+
+    def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
+                 reuse_cache: bool = False) -> GenerationLike:
+        """Decode one answer with `settings` (mode, proposer, k, sampling, budget, seed).
+        `cancel` ends it within a step; `reuse_cache` keeps the cached prefix of a chat's
+        earlier turns. Refuses (ContextError, EngineError) before computing anything."""
+        ...
+
+    def fork(self) -> EngineLike:
+        """A second engine over the same models with its own caches (a race's lane); raises
+        EngineError where two decodes cannot run side by side (a server)."""
+        ...
+
+
+def prompt_tokens(prompt: Prompt) -> int | None:
+    """A prompt's token count, None for a chat a server will tokenize."""
+    return None if isinstance(prompt, ChatPrompt) else len(prompt)

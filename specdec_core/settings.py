@@ -1,0 +1,128 @@
+"""The one settings value of a generation: what the chat window, the CLI, the race, the bench and a
+server request carry from the user to the engine, and what every engine reads.
+
+No torch here (the GUI thread builds these values). The names are the shared words of
+docs/architecture.md: mode (standard | speculative), proposer, draft length k.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+MODES = ("speculative", "standard")
+
+# The draft length the app, the CLI and the race use unless the user picks one: the adaptive
+# controller (measured faster than any fixed k on the built-in prompts, docs/speed-notes.md item 16).
+DEFAULT_DRAFT_TOKENS = "adaptive"
+
+
+class SettingsError(ValueError):
+    """Settings out of range; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class ProposerKind:
+    """A way of proposing draft tokens, as the front ends offer it."""
+
+    name: str  # what settings, the CLI (--proposer) and Stats.proposer call it
+    label: str  # what the app's menu shows
+    needs_draft: bool  # it proposes from a loaded draft model
+
+
+# Every proposer the engine can build, in the order the front ends list them. A new kind is one
+# line here and its builder in engine.py (PROPOSER_BUILDERS); the CLI and the app follow.
+PROPOSER_KINDS = (
+    ProposerKind("lookup+draft", "Lookup + draft model", needs_draft=True),
+    ProposerKind("draft", "Draft model", needs_draft=True),
+    ProposerKind("prompt-lookup", "Prompt lookup", needs_draft=False),
+)
+PROPOSERS = tuple(kind.name for kind in PROPOSER_KINDS)
+DEFAULT_PROPOSER = "lookup+draft"  # copy from the conversation where it can, else ask the draft
+
+
+def proposer_kind(name: str) -> ProposerKind:
+    for kind in PROPOSER_KINDS:
+        if kind.name == name:
+            return kind
+    raise SettingsError(f"unknown proposer {name!r}; choose one of: {', '.join(PROPOSERS)}")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:  # also catches NaN
+            raise SettingsError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k < 0:
+            raise SettingsError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise SettingsError(f"top-p must be in (0, 1] (1 = off), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How to decode one answer. Checked when made, so a bad value is refused before anything
+    loads or computes."""
+
+    max_new_tokens: int = 256
+    sampling: SamplingParams = SamplingParams()
+    draft_tokens: int | str = 4  # k >= 1, or "adaptive"
+    seed: int = 0  # the whole random stream of one generation derives from this
+    mode: str = "speculative"  # "speculative" | "standard"
+    proposer: str = DEFAULT_PROPOSER  # one of PROPOSERS; read in speculative mode only
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise SettingsError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.draft_tokens != "adaptive":
+            if not isinstance(self.draft_tokens, int) or self.draft_tokens < 1:
+                raise SettingsError(f"draft length must be an integer >= 1 or 'adaptive', got {self.draft_tokens!r}")
+        if self.mode not in MODES:
+            raise SettingsError(f"unknown mode {self.mode!r}; choose one of: {', '.join(MODES)}")
+        proposer_kind(self.proposer)
+
+    @property
+    def speculative(self) -> bool:
+        return self.mode == "speculative"
+
+    @property
+    def needs_draft(self) -> bool:
+        """Whether decoding with these settings needs a draft model loaded."""
+        return self.speculative and proposer_kind(self.proposer).needs_draft
+
+    def replace(self, **changes) -> DecodeSettings:
+        return dataclasses.replace(self, **changes)
+
+    def for_sample(self, index: int) -> DecodeSettings:
+        """The settings of sample `index` of a run of several (its own seed, sample_seed)."""
+        return self.replace(seed=sample_seed(self.seed, index))
+
+    def to_dict(self) -> dict:
+        """The sampling and length figures as plain values (what a saved message and a race's
+        JSON record; the mode and the proposer are recorded beside them, from the Stats)."""
+        s = self.sampling
+        return {"max_new_tokens": self.max_new_tokens, "temperature": s.temperature, "top_k": s.top_k,
+                "top_p": s.top_p, "draft_tokens": self.draft_tokens, "seed": self.seed}
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """Seed of sample `index` of a run seeded with `seed`: depends on those two only, so the
+    first m samples are the same whatever the number of samples asked for."""
+    return (seed * 1_000_003 + index * 7_919 + 0x5DEECE66D) % (2**63 - 1)
+
+
+def usable_proposer(name: str, has_draft: bool) -> str:
+    """`name`, or, where it needs a draft and none is loaded, the first kind that needs none."""
+    if has_draft or not proposer_kind(name).needs_draft:
+        return name
+    return next(kind.name for kind in PROPOSER_KINDS if not kind.needs_draft)
