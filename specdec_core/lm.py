@@ -25,6 +25,11 @@ class CachedLM:
         # matrix is padded differently from the target's still speaks over the same ids.
         self.vocab_size = vocab_size
         self.lean = lean
+        # A lean forward with a reduced head (FR-Spec, models/draft_vocab.py) gives logits of
+        # its chosen tokens only: they are put back at their ids, every other token at -inf
+        # (never proposed; the target still scores the whole vocabulary).
+        rows = getattr(lean, "head_rows", None)
+        self.head_rows = None if rows is None else torch.from_numpy(rows)
         self.cache = None  # DynamicCache, or the lean forward's own cache
         self.ids: list[int] = []  # the tokens whose keys and values the cache holds
         self.forward_passes = 0
@@ -76,7 +81,16 @@ class CachedLM:
             raise
         self.ids.extend(ids)
         self.forward_passes += 1
+        if self.head_rows is not None:
+            logits = self._full_head(logits)
         return self._fit_vocab(logits)
+
+    def _full_head(self, logits: torch.Tensor) -> torch.Tensor:
+        """[n, len(head_rows)] -> [n, vocab]: each column at its token's id, -inf elsewhere."""
+        width = self.vocab_size or int(self.model.config.vocab_size)
+        full = logits.new_full((logits.shape[0], max(width, int(self.head_rows[-1]) + 1)), float("-inf"))
+        full[:, self.head_rows] = logits
+        return full
 
     def rollback(self, length: int) -> None:
         """Keep only the first `length` cached tokens."""

@@ -159,6 +159,44 @@ def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory
         assert spec.stats.draft_tokens > 0
 
 
+def test_a_draft_with_a_reduced_head_proposes_only_its_tokens_and_changes_nothing(
+        tmp_path_factory, tok, isolated_cache, monkeypatch):
+    """FR-Spec through Engine.load: the draft's head keeps the tokens models/draft_vocab.py
+    names (here every other id, so the target often picks one the draft cannot propose); the
+    draft's logits come back at their ids with -inf elsewhere, it proposes only head tokens, the
+    load notes say so, and greedy speculative output is standard's token for token."""
+    from specdec_core.engine import Engine
+    from specdec_core.models import draft_vocab
+    from specdec_core.settings import DecodeSettings
+
+    head = np.arange(0, len(tok), 2, dtype=np.int64)
+    monkeypatch.setattr(draft_vocab, "head_tokens", lambda tokenizer, vocab_size, n=0: head[head < vocab_size])
+    root = tmp_path_factory.mktemp("frspec")
+    target = soften(make_model(len(tok), seed=4, hidden=256, intermediate=512, tie_word_embeddings=False), 5.0)
+    t_path = str(write_gguf(root / "t.gguf", target, tok, K_TYPES))
+    engine = Engine.load(t_path, t_path, device="cpu")  # the target as its own draft: it agrees where it can
+    assert engine.target.lean.head_rows is None  # the target always scores every token
+    assert np.array_equal(engine.draft.lean.head_rows, head)
+    assert any("FR-Spec" in n for n in engine.draft.info.notes)
+
+    from specdec_core.lm import CachedLM
+
+    lm = CachedLM(engine.draft.model, engine.vocab_size, lean=engine.draft.lean)  # the draft's own view
+    got = lm.forward(engine.encode_prompt("the cat sat on"), 1)[0]
+    assert got.shape == (engine.vocab_size,)
+    off = np.setdiff1d(np.arange(engine.vocab_size), head)
+    assert torch.isinf(got[torch.from_numpy(off)]).all() and torch.isfinite(got[torch.from_numpy(head)]).all()
+    settings = DecodeSettings(max_new_tokens=40, draft_tokens=3, proposer="draft")
+    drafted = []
+    for prompt in ("the cat sat on", "is it done and", "a hat too"):
+        ids = engine.encode_prompt(prompt)
+        standard = engine.generate(ids, settings.replace(mode="standard")).run()
+        spec = engine.generate(ids, settings).run()
+        assert spec.token_ids == standard.token_ids, prompt
+        drafted += [e.token_id for e in spec.events if e.kind == "accepted"]  # (bonus: the target's own)
+    assert drafted and all(t % 2 == 0 for t in drafted), drafted
+
+
 # ---------------------------------------------------------------- the numbers of before
 # SPECDEC_WRITE_CPU_GOLDEN=1 rewrites them from the code as it is (a reviewed change only)
 WRITE_GOLDEN = bool(os.environ.get("SPECDEC_WRITE_CPU_GOLDEN"))

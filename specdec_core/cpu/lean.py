@@ -225,12 +225,12 @@ class LeanForward:
         return logits
 
 
-def attach(model: nn.Module) -> tuple[LeanForward | None, str | None]:
-    """(the lean forward, None) where it applies, else (None, why not)."""
+def attach(model: nn.Module, head_rows=None) -> tuple[LeanForward | None, str | None]:
+    """(the lean forward, None) where it applies, else (None, why not). head_rows: as LeanForward's."""
     why = supports(model)
     if why is not None:
         return None, why
     try:
-        return LeanForward(model), None
+        return LeanForward(model, head_rows=head_rows), None
     except ValueError as e:
         return None, str(e)
