@@ -127,11 +127,8 @@ SD_INLINE xvi xv_bcast4(const int8_t* p) {
   return xv_set1(v);
 }
 
-SD_INLINE xvi xv_bcast2x16(const int16_t* p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return xv_set1(v);
-}
+/* 2 activation sums at p, in every lane */
+SD_INLINE xvi xv_bcast2x16(const int16_t* p) { return xv_bcast4((const int8_t*)p); }
 
 /* int32 lanes of 8 u8 x s8 products each... per call: acc + the 4-code products of c and x */
 SD_INLINE xvi xv_dot4(xvi acc, xvi c, xvi x) {
