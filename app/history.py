@@ -145,7 +145,7 @@ class Message:
     tokens: list[StoredToken] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     id: int | None = None
-    parent: Message | None = None  # the message this one follows (None: the chat's first)
+    parent: Message | None = field(default=None, repr=False)  # the message it follows (None: the chat's first)
     attachments: list[Attachment] = field(default_factory=list)
     state: str = ""  # "" complete | "streaming" (being written) | "cut" (the app ended while it streamed)
 

@@ -198,14 +198,20 @@ class SidePanel(QScrollArea):
         self.metrics = (self.m_speed, self.m_e2e, self.m_alpha, self.m_tau, self.m_plain, self.m_k)
         for i, m in enumerate(self.metrics):
             grid.addWidget(m, i // 2, i % 2)
+        # which source proposed the steps (lookup, the draft model): the Stats' own per-source counts
+        self.sources = QLabel("")
+        self.sources.setObjectName("Sources")
+        self.sources.setWordWrap(True)
+        self.sources.setToolTip(figures.SOURCES_TIP)
+        grid.addWidget(self.sources, 3, 0, 1, 2)
         self.chart = SpeedChart(theme)
-        grid.addWidget(self.chart, 3, 0, 1, 2)
+        grid.addWidget(self.chart, 4, 0, 1, 2)
         self.bars = PositionBars(theme)
-        grid.addWidget(self.bars, 4, 0, 1, 2)
+        grid.addWidget(self.bars, 5, 0, 1, 2)
         self.summary = QLabel("")
         self.summary.setObjectName("Muted")
         self.summary.setWordWrap(True)
-        grid.addWidget(self.summary, 5, 0, 1, 2)
+        grid.addWidget(self.summary, 6, 0, 1, 2)
         col.addWidget(live)
 
         # -- decoding ----------------------------------------------------------------
@@ -361,6 +367,8 @@ class SidePanel(QScrollArea):
             m.set("—")
         self.chart.set_points([])
         self.bars.set_values([])
+        self.sources.setText("")
+        self.sources.setVisible(False)
         self.summary.setText("generating…" if mode else "")
 
     def show_stats(self, stats: dict, draft_setting=None, series: list[tuple[float, float]] | None = None) -> None:
@@ -373,6 +381,9 @@ class SidePanel(QScrollArea):
         self.m_plain.set(figures.share(stats.get("plain_step_share")) if stats.get("target_forward_passes") else "—")
         self.m_k.set(figures.draft_length(stats))
         self.m_k.caption.setText("draft length k" + (" (adaptive)" if draft_setting == "adaptive" else ""))
+        lines = figures.sources(stats)
+        self.sources.setText("<span style='color:gray'>proposed by</span><br>" + "<br>".join(lines) if lines else "")
+        self.sources.setVisible(bool(lines))
         self.bars.set_values(stats.get("per_position_acceptance") or [] if figures.speculative(stats) else [])
         if series is not None:
             self.chart.set_points(series)
@@ -408,8 +419,11 @@ class SidePanel(QScrollArea):
 
 
 def proposer_box(label=lambda kind: kind.label) -> QComboBox:
-    """A menu of every proposer kind (settings.PROPOSER_KINDS), its data the kind's name."""
+    """A menu of every proposer kind (settings.PROPOSER_KINDS), its data the kind's name. It may
+    be narrower than its longest label (the side panel and the race row fit a 1366-pixel screen)."""
     box = QComboBox()
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(12)
     for kind in PROPOSER_KINDS:
         box.addItem(label(kind), kind.name)
     return box
