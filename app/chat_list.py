@@ -29,6 +29,7 @@ from .history import HIGHLIGHT, ChatSummary, SearchHit
 CHAT = Qt.ItemDataRole.UserRole
 HIT = Qt.ItemDataRole.UserRole + 1
 SEARCH_DELAY_MS = 150
+PIN = "★ "  # a pinned chat's mark (a glyph every UI font has, unlike the pin emoji)
 
 
 def hit_html(hit: SearchHit) -> str:
@@ -108,11 +109,11 @@ class ChatList(QWidget):
             it = QListWidgetItem(c.title or "(untitled)")
             it.setData(CHAT, c.id)
             it.setData(CHAT + 2, c.pinned)
-            it.setToolTip(("📌 pinned · " if c.pinned else "") + (c.title or "(untitled)")
+            it.setToolTip(("pinned · " if c.pinned else "") + (c.title or "(untitled)")
                           + "\nright-click to rename (F2), pin, export or delete")
             it.setFlags(it.flags() | Qt.ItemFlag.ItemIsEditable)
             if c.pinned:
-                it.setText("📌 " + (c.title or "(untitled)"))
+                it.setText(PIN + (c.title or "(untitled)"))
             self.chats.addItem(it)
             if c.id == current:
                 it.setSelected(True)
@@ -132,7 +133,7 @@ class ChatList(QWidget):
         if it is not None:
             self.clear_search()
             self._filling = True
-            it.setText(it.text().removeprefix("📌 "))  # edit the title itself
+            it.setText(it.text().removeprefix(PIN))  # edit the title itself
             self._filling = False
             self.chats.setCurrentItem(it)
             self.chats.editItem(it)
@@ -140,7 +141,7 @@ class ChatList(QWidget):
     def _renamed(self, it: QListWidgetItem) -> None:
         if self._filling:
             return
-        title = " ".join(it.text().removeprefix("📌 ").split())
+        title = " ".join(it.text().removeprefix(PIN).split())
         self.rename_requested.emit(it.data(CHAT), title)
 
     def _menu(self, pos) -> None:

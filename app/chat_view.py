@@ -249,6 +249,7 @@ class MessageWidget(QFrame):
         self.role_label.setObjectName("BubbleRole")
         self.meta_label = QLabel("")
         self.meta_label.setObjectName("BubbleMeta")
+        self.meta_label.setWordWrap(True)  # a long line of figures wraps rather than widen the bubble past the view
         self.left_out_label = QLabel("left out of the prompt")
         self.left_out_label.setObjectName("LeftOut")
         self.left_out_label.setToolTip("The chat is longer than the target's context: this message is not sent to the "
@@ -273,10 +274,15 @@ class MessageWidget(QFrame):
             head.addWidget(w)
         self.set_version(1, 1)
         outer.addLayout(head)
-        self.chips = QHBoxLayout()
+        chips = QWidget()  # the attachments of a user message, clipped rather than widen the bubble
+        chips.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.chips = QHBoxLayout(chips)
+        self.chips.setContentsMargins(0, 0, 0, 0)
         self.chips.setSpacing(6)
         self.chips.addStretch(1)
-        outer.addLayout(self.chips)
+        chips.setVisible(False)
+        self.chips_row = chips
+        outer.addWidget(chips)
         self.view = TokenText(self)
         outer.addWidget(self.view)
         self._timer = QTimer(self)
@@ -309,6 +315,7 @@ class MessageWidget(QFrame):
                 item.widget().deleteLater()
         for a in attachments:
             self.chips.insertWidget(self.chips.count() - 1, Chip(a, removable=False))
+        self.chips_row.setVisible(bool(attachments))
 
     def set_left_out(self, on: bool) -> None:
         self.left_out_label.setVisible(on)
@@ -530,6 +537,7 @@ class ChatView(QScrollArea):
         if self.messages:
             w = self.messages.pop()
             self.column.removeWidget(w.holder)
+            w.holder.hide()  # gone from the screen now, not when the event loop next deletes it
             w.holder.deleteLater()
         self.hint.setVisible(bool(self.hint.text()) and not self.messages)
 

@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
+    QStyle,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -71,9 +73,8 @@ class Composer(QPlainTextEdit):
 
 
 def chip_text(a: Attachment, tokens: int | None = None) -> str:
-    icon = "📋" if a.origin == "paste" else "📄"
     lines = a.text.count("\n") + 1
-    bits = [f"{icon} {a.name}", human_size(a.bytes), f"{lines:,} line{'s' if lines != 1 else ''}"]
+    bits = [a.name, human_size(a.bytes), f"{lines:,} line{'s' if lines != 1 else ''}"]
     if tokens is not None:
         bits.append(f"{tokens:,} tokens")
     return " · ".join(bits)
@@ -104,8 +105,11 @@ class Chip(QFrame):
         self.attachment = a
         self.setObjectName("Chip")
         lay = QHBoxLayout(self)
-        lay.setContentsMargins(8, 2, 2, 2)
-        lay.setSpacing(2)
+        lay.setContentsMargins(6, 2, 2, 2)
+        lay.setSpacing(4)
+        icon = QLabel()  # the style's own file icon: every platform has it (an emoji font may be missing)
+        icon.setPixmap(self.style().standardIcon(QStyle.StandardPixmap.SP_FileIcon).pixmap(14, 14))
+        lay.addWidget(icon)
         self.label = QLabel(chip_text(a))
         self.label.setCursor(Qt.CursorShape.PointingHandCursor)
         self.label.mousePressEvent = lambda _e: show_attachment(self.window(), a)
@@ -144,6 +148,8 @@ class AttachmentBar(QWidget):
         self._lay.setContentsMargins(18, 0, 18, 0)
         self._lay.setSpacing(6)
         self._lay.addStretch(1)
+        # many chips are clipped at the right rather than widen the window past the screen
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.setVisible(False)
 
     def add(self, a: Attachment) -> None:

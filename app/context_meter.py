@@ -8,8 +8,6 @@ dialog always agree. Tokenizing a long chat takes milliseconds to tens of them, 
 answers over the network, so it happens in a CounterWorker in its own thread, never the GUI's;
 the GUI asks again at most every DEBOUNCE_MS while the user types, and the worker answers only
 the newest question (older ones are skipped unanswered).
-
-`start_counter()` is the one function that wires a CounterWorker to its thread.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Qt, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
+from .models_worker import start_in_thread
 from .theme import Theme
 
 DEBOUNCE_MS = 250
@@ -108,19 +107,10 @@ class CounterWorker(QObject):
 
 
 def start_counter(engine_provider: Callable[[], Any], parent: QObject | None = None) -> tuple[CounterWorker, QThread]:
-    """The one place a CounterWorker is wired to its thread. Returns (worker, thread), running."""
-    thread = QThread(parent)
-    thread.setObjectName("specdec-context-counter")
+    """A CounterWorker in a thread of its own (wired by models_worker.start_in_thread, the one
+    function that does that). Returns (worker, thread), running."""
     worker = CounterWorker(engine_provider)
-    worker.moveToThread(thread)
-    thread.finished.connect(worker.deleteLater)
-    thread.start()
-    return worker, thread
-
-
-def stop_counter(worker: CounterWorker, thread: QThread, timeout_ms: int = 5000) -> bool:
-    thread.quit()
-    return thread.wait(timeout_ms)
+    return worker, start_in_thread(worker, "specdec-context-counter", parent)
 
 
 def meter_text(c: Count) -> tuple[str, str]:
@@ -136,7 +126,7 @@ def meter_text(c: Count) -> tuple[str, str]:
            f"{c.max_new_tokens:,} more (Max new tokens); the target's context holds {c.context:,}.")
     if not c.fits:
         if c.drop is None:
-            text += " · too long even alone: shorten it or lower Max new tokens"
+            text += " · too long even alone"
             tip += "\nEven the last message alone does not fit with that answer budget."
         else:
             more = c.drop - c.dropped
@@ -165,6 +155,7 @@ class ContextMeter(QWidget):
         self.bar.setRange(0, 1000)
         self.label = QLabel("context: —")
         self.label.setObjectName("Muted")
+        self.label.setWordWrap(True)  # never wider than the chat: a long line takes two
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)
         lay.addWidget(self.bar)
         lay.addWidget(self.label, 1)

@@ -42,10 +42,11 @@ from .attachments import AttachmentError, attachment_block, from_paste, limits_t
 from .chat_list import ChatList
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
 from .composer import AttachmentBar, Composer, EditBanner
-from .context_meter import DEBOUNCE_MS, ContextMeter, CountJob, start_counter, stop_counter
+from .context_meter import DEBOUNCE_MS, ContextMeter, CountJob, start_counter
 from .conversation import Conversation
 from .figures import meta_line
 from .history import History, Message, StoredToken, chat_to_markdown
+from .models_worker import stop_thread
 from .saver import Saver
 from .server_target import ServerDialog
 from .side_panel import SidePanel
@@ -620,6 +621,7 @@ class MainWindow(QMainWindow):
 
     def _show_last_stats(self) -> None:
         last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.stats), None)
+        self.side_panel.reset_metrics("")
         if last is not None:
             self.side_panel.show_stats(last.stats, (last.stats.get("settings") or {}).get("draft_tokens"))
             self.side_panel.show_server_figures(last.stats)
@@ -692,9 +694,7 @@ class MainWindow(QMainWindow):
         self.cancel_edit()
         self._render_path()
         self._save_leaf()
-        if shown.role == "assistant" and shown.stats:  # its own figures in the side panel
-            self.side_panel.show_stats(shown.stats, (shown.stats.get("settings") or {}).get("draft_tokens"))
-            self.side_panel.show_server_figures(shown.stats)
+        self._show_last_stats()  # the figures of the answer now shown (its own version's)
         self._schedule_count()
 
     def switch_last_answer(self, step: int) -> None:
@@ -1080,7 +1080,7 @@ class MainWindow(QMainWindow):
         self.saver.flush()
         self.race_view.shutdown()
         self._close_models_dialog()
-        stop_counter(self.counter, self.counter_thread)
+        stop_thread(self.counter_thread)
         ended = stop_worker(self.worker, self.thread, 5000)
         self.history.close()
         return ended

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -203,6 +204,8 @@ class SidePanel(QScrollArea):
         self.sources.setObjectName("Sources")
         self.sources.setWordWrap(True)
         self.sources.setToolTip(figures.SOURCES_TIP)
+        # these lines wrap to the panel's width and never widen it past its edge
+        self.sources.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         grid.addWidget(self.sources, 3, 0, 1, 2)
         self.chart = SpeedChart(theme)
         grid.addWidget(self.chart, 4, 0, 1, 2)
@@ -211,6 +214,7 @@ class SidePanel(QScrollArea):
         self.summary = QLabel("")
         self.summary.setObjectName("Muted")
         self.summary.setWordWrap(True)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         grid.addWidget(self.summary, 6, 0, 1, 2)
         col.addWidget(live)
 

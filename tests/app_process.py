@@ -19,8 +19,26 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-def main() -> int:
+def print_shown(win, interval_ms: int = 10):
+    """Print `shown N` whenever the tokens of the answer on screen change (a killing parent reads
+    them); returns the timer (keep it)."""
     from PySide6.QtCore import QTimer
+
+    last = {"n": -1}
+
+    def report() -> None:
+        n = len(win.active.events) if win.active is not None else last["n"]
+        if n != last["n"]:
+            last["n"] = n
+            print(f"shown {n}", flush=True)
+
+    timer = QTimer()
+    timer.timeout.connect(report)
+    timer.start(interval_ms)
+    return timer
+
+
+def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.gui_gc import GuiThreadCollector
@@ -39,17 +57,7 @@ def main() -> int:
     win.side_panel.adaptive.setChecked(False)  # a fixed k: every kind shows up in the tiny answer
     win.side_panel.k_spin.setValue(3)
     win.show()
-    last = {"n": -1}
-
-    def report() -> None:
-        n = len(win.active.events) if win.active is not None else last["n"]
-        if n != last["n"]:
-            last["n"] = n
-            print(f"shown {n}", flush=True)
-
-    timer = QTimer()
-    timer.timeout.connect(report)
-    timer.start(10)
+    timer = print_shown(win)  # noqa: F841 -- runs while the app does
     win.models_ready.connect(lambda: win.send(prompt))
     win.message_done.connect(lambda reason: print(f"done {reason}", flush=True))
     win.start_loading()

@@ -188,7 +188,7 @@ def test_rename_and_pin_chats(qtbot, make_window):
     assert [x.chat_id for x in win.history.search("renamed")] == [first]
     # pinned: first in the list, marked
     win.pin_chat(first, True)
-    assert lst.item(0).data(Qt.ItemDataRole.UserRole) == first and lst.item(0).text() == "📌 Cats, renamed"
+    assert lst.item(0).data(Qt.ItemDataRole.UserRole) == first and lst.item(0).text() == "★ Cats, renamed"
     win.chat_list.pin_requested.emit(first, False)
     assert lst.item(0).data(Qt.ItemDataRole.UserRole) == win.chat_id
     # the title of a new chat is still its first message
@@ -313,6 +313,16 @@ def test_dark_theme_toggle_and_following_the_system(qtbot, make_window, monkeypa
     assert win.theme.dark and win.dark_action.isChecked() and win.follow_system_action.isChecked()
     assert win.history.pref("theme") == "auto"
     monkeypatch.setattr(theme_module, "system_prefers_dark", lambda app: False)
+    win.set_theme_mode("dark")
+    # the next start keeps the choice ("saved": what `specdec-chat` passes without --theme)
+    again = make_window(data_dir=win.history.data_dir, load=False)
+    assert not again.theme.dark  # a window told nothing leaves the app's theme alone
+    from app.main_window import MainWindow
+
+    later = MainWindow(win.history.data_dir, Theme(False), theme_mode="saved")
+    qtbot.addWidget(later)
+    assert later.theme.dark and later.switcher.mode == "dark" and later.dark_action.isChecked()
+    assert later.shutdown()
     win.set_theme_mode("light")
     assert not win.theme.dark
 
