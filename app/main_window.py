@@ -150,6 +150,9 @@ class MainWindow(QMainWindow):
         from .race_view import add_race_tab  # a Race tab sharing this worker's thread and engine
 
         self.race_view = add_race_tab(self)
+        from .local_server import add_local_server  # View ▸ Local server: these models served to other tools
+
+        self.local_server = add_local_server(self)
         self._refresh_chat_list()
         self._update_buttons()
         self._closed = False
@@ -334,7 +337,7 @@ class MainWindow(QMainWindow):
         act(m, "&Copy the last answer", self.copy_last_answer, "Ctrl+Shift+C")
         act(m, "Search chats…", self.chat_list.focus_search, "Ctrl+F")
         act(m, "Toggle standard / speculative", lambda: self.side_panel.mode_button.toggle(), "Ctrl+M")
-        m = self.menuBar().addMenu("&View")
+        m = self.view_menu = self.menuBar().addMenu("&View")  # local_server adds its entry here
         self.follow_system_action = act(m, "Follow the system's &theme", self._follow_system_toggled, checkable=True)
         self.dark_action = act(m, "&Dark theme", self._dark_toggled, "Ctrl+Shift+D", checkable=True)
         self._sync_theme_actions()
@@ -394,7 +397,7 @@ class MainWindow(QMainWindow):
         self.side_panel.set_models(info.get("target"), info.get("draft"))
         self.chat_view.set_hint("Ask anything. Tokens are coloured by where they came from — see the legend above.")
         server = info.get("server")
-        self.legend.show_server_kind(server is not None and server.colours != "per token")
+        self.legend.show_server_kind(server is not None and server.colours == "none")
         self.side_panel.show_target(server)
         self._update_buttons()
         self._schedule_count()
@@ -1079,6 +1082,7 @@ class MainWindow(QMainWindow):
         self._count_timer.stop()
         self.saver.flush()
         self.race_view.shutdown()
+        self.local_server.shutdown()
         self._close_models_dialog()
         stop_thread(self.counter_thread)
         ended = stop_worker(self.worker, self.thread, 5000)

@@ -305,12 +305,15 @@ class SidePanel(QScrollArea):
         """After a load: a server as the target (its mode fixed, its own drafting), or models here
         (None: every setting back)."""
         local = server is None
+        tunable = local or server.can_toggle  # a `specdec serve` takes every setting with each request
         for row in self._local_rows:
-            self._decoding.setRowVisible(row, local)
-        self.mode_button.setEnabled(local)
-        if local:
+            self._decoding.setRowVisible(row, tunable)
+        self.mode_button.setEnabled(tunable)
+        if tunable:
             self.mode_button.setToolTip(MODE_TIP)
             self._mode_toggled(self.mode_button.isChecked())
+            if not local:
+                self._show_server_models(server)
             return
         self.mode_button.blockSignals(True)  # no request can change what the server does
         self.mode_button.setChecked(server.mode != "standard")
@@ -322,7 +325,8 @@ class SidePanel(QScrollArea):
         self._show_server_models(server)
 
     def _show_server_models(self, server: ServerInfo) -> None:
-        what = {"per token": "every token coloured from the server's draft counters",
+        what = {"exact": "every token coloured by its kind, as the server's engine decided it",
+                "per token": "every token coloured from the server's draft counters",
                 "none": "the server reports no origin per token: its tokens are <i>server</i>"}
         self.target_label.setToolTip(server.model)  # llama-server names a model by its file path
         self.target_label.setText(

@@ -3,7 +3,7 @@ machine: the draft proposes only among the most frequent tokens, the target stil
 the whole vocabulary (exactness untouched; a token outside the set is simply never proposed).
 
     pip install wordfreq   # word frequencies of everyday language (a tool for this script only)
-    python scripts/draft_vocab.py TOKENIZER_JSON OUT.npy [--size 49152]
+    python scripts/draft_vocab.py TOKENIZER_JSON OUT.npy [--size 65536] [--counts COUNTS.npy]
 
 Two kinds of text, counted with the model's own tokenizer:
 - code and technical prose that any Debian machine with Python holds: the Python standard
@@ -15,9 +15,10 @@ Two kinds of text, counted with the model's own tokenizer:
   from a table built on the first kind alone): each of a language's 100,000 most frequent words
   counts as if it made its share of a corpus the size of the first, as " word", " Word" and
   "Word"; English weighs most, the other languages the model speaks a share each (--languages).
-OUT holds the `size` most frequent ids, sorted (uint32), the tokenizer's special and added tokens
-always among them; tokens neither source shows are ranked by id (a byte-pair vocabulary assigns
-low ids to its earliest, most frequent merges).
+OUT holds the `size` most frequent ids, most frequent first (uint32; the tokenizer's special and
+added tokens first of all), so a head of any size up to it is its first n ids; tokens neither
+source shows are ranked by id (a byte-pair vocabulary assigns low ids to its earliest, most
+frequent merges).
 """
 
 from __future__ import annotations
@@ -103,21 +104,19 @@ def add_word_frequencies(tokenizer, counts: np.ndarray, languages: dict[str, flo
         print(f"wordfreq {lang}: {len(words)} words, weight {weight}", file=sys.stderr)
 
 
-def table(counts: np.ndarray, special: list[int], size: int) -> np.ndarray:
+def ranking(counts: np.ndarray, special: list[int], size: int) -> np.ndarray:
+    """The `size` most frequent ids, most frequent first, the special ones leading."""
     order = np.lexsort((np.arange(len(counts)), -counts))  # most frequent first, then by id
-    keep = set(special)
-    for i in order:
-        if len(keep) >= size:
-            break
-        keep.add(int(i))
-    return np.array(sorted(keep), dtype=np.uint32)
+    first = set(special)
+    rest = [int(i) for i in order if int(i) not in first][: max(size - len(special), 0)]
+    return np.array(list(special) + rest, dtype=np.uint32)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tokenizer", help="a tokenizer.json")
     ap.add_argument("out", help="where to write the sorted ids (.npy)")
-    ap.add_argument("--size", type=int, default=49152)
+    ap.add_argument("--size", type=int, default=65536)
     ap.add_argument("--languages", default="en=1,zh=0.15,es=0.05,fr=0.05,de=0.05,ru=0.03,ja=0.03,pt=0.03,it=0.02,ko=0.02",
                     help="wordfreq languages and their weights against the code corpus ('' for none)")
     ap.add_argument("--counts", help="also save the raw counts here (.npy)")
@@ -134,7 +133,7 @@ def main() -> None:
     special = sorted(tok.get_added_tokens_decoder())  # chat-template markers, end-of-text, ...
     if args.counts:
         np.save(args.counts, counts)
-    ids = table(counts, special, args.size)
+    ids = ranking(counts, special, args.size)
     np.save(args.out, ids)
     print(f"{len(ids)} ids of {vocab}; corpus tokens covered: {counts[ids].sum() / counts.sum():.4f}", file=sys.stderr)
 

@@ -3,7 +3,7 @@
 
     python scripts/screenshot_chat.py out.png                      # tiny test models (seconds)
     python scripts/screenshot_chat.py out.png --target default --draft default
-    python scripts/screenshot_chat.py out.png --target http://127.0.0.1:8080   # a llama-server / vLLM
+    python scripts/screenshot_chat.py out.png --target http://127.0.0.1:8080   # a llama-server, vLLM, specdec serve
     xvfb-run -a python scripts/screenshot_chat.py out.png          # under a virtual X server
 
 Works offscreen (QT_QPA_PLATFORM=offscreen is set when there is no display). The chat runs one
@@ -89,17 +89,18 @@ def main() -> int:
         return 1
     win.system_prompt.setPlainText(args.system)
     win.side_panel.max_new.setValue(max_new)
-    server = win.model_info.get("server")  # a server decides its own mode: leave the toggle be
+    server = win.model_info.get("server")
+    fixed = server is not None and not server.can_toggle  # a server that decides its own mode: leave the toggle be
     for i, prompt in enumerate(prompts):
         # first message standard, the rest speculative: both colourings in one picture
-        if not server:
+        if not fixed:
             win.side_panel.set_mode("standard" if (i == 0 and len(prompts) > 1) else "speculative")
         want = state["done"] + 1
         win.send(prompt)
         if not wait(lambda: state["done"] >= want):
             print("generation timed out", file=sys.stderr)
             break
-    if not server:
+    if not fixed:
         win.side_panel.set_mode("speculative")
     end = time.monotonic() + 0.5  # let the last renders and layouts settle
     while time.monotonic() < end:

@@ -24,6 +24,10 @@ def read_text(name: str) -> str:
     return (files(PACKAGE) / name).read_text(encoding="utf-8")
 
 
+def read_bytes(name: str) -> bytes:
+    return (files(PACKAGE) / name).read_bytes()
+
+
 def path(name: str) -> Path:
     """A file system path of asset `name`, for an API that wants one (Qt's icons); it stays
     valid until the process ends."""

@@ -49,12 +49,14 @@ class ServerInfo:
     url: str
     engine: str  # "llama.cpp" | "vLLM" | "OpenAI-compatible"
     model: str
-    mode: str  # what every request gets: "speculative" | "standard" | "server" (not said)
+    mode: str  # what every request gets: "speculative" | "standard" | "server" (not said); the default
+    # where requests choose (can_toggle)
     speculative: bool | None
     proposer: str  # the server's own drafting, e.g. "draft-simple" ("" when not said)
-    colours: str  # "per token" (every token's kind rebuilt) | "none" (kind server)
-    race_note: str  # why it cannot be raced
-    can_race: bool = False  # no request turns a server's drafting on or off
+    colours: str  # "exact" (every token's kind as the serving engine decided it: specdec serve) |
+    # "per token" (every token's kind rebuilt from draft counters) | "none" (kind server)
+    race_note: str  # why it cannot be raced ("" where it can)
+    can_race: bool = False  # a request can say standard or speculative (specdec serve; not llama-server, vLLM)
     can_toggle: bool = False
 
     def to_dict(self) -> dict:
@@ -63,7 +65,7 @@ class ServerInfo:
 
 @runtime_checkable
 class GenerationLike(Protocol):
-    """One answer: iterate for TokenEvents; afterwards `stats`, `text`, `token_ids`, `kinds`.
+    """One answer: iterate for TokenEvents; afterwards `stats`, `text`, `token_ids`, `kinds`, `sources`.
     When a stream breaks off, iteration raises after the events that arrived and `stats`
     describes those (stop_reason "error")."""
 
@@ -86,6 +88,9 @@ class GenerationLike(Protocol):
 
     @property
     def kinds(self) -> list[str]: ...
+
+    @property
+    def sources(self) -> list[str]: ...
 
 
 @runtime_checkable
@@ -123,6 +128,12 @@ class EngineLike(Protocol):
 
     def encode_prompt(self, text: str) -> Prompt:
         """One user message through the chat template."""
+        ...
+
+    def encode_text(self, text: str) -> Prompt:
+        """Raw text through the target's tokenizer alone, no chat template (its own special
+        tokens, such as a BOS, as the tokenizer adds them): an OpenAI completions prompt.
+        EngineError where a server does not tokenize for its clients."""
         ...
 
     def count_tokens(self, messages: Messages) -> int | None:

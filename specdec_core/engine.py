@@ -112,6 +112,10 @@ class Engine:
         """One user message through the chat template."""
         return self.encode_chat([{"role": "user", "content": text}])
 
+    def encode_text(self, text: str) -> list[int]:
+        """Raw text, no chat template (the tokenizer's own special tokens as it adds them)."""
+        return list(self.tokenizer(text)["input_ids"])
+
     def count_tokens(self, messages: Messages) -> int:
         return len(self.encode_chat(messages))
 

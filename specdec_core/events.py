@@ -75,6 +75,11 @@ class EventSequence:
     def kinds(self) -> list[str]:
         return [e.kind.value for e in self.events]
 
+    @property
+    def sources(self) -> list[str]:
+        """Per token, what proposed its step: "draft", "lookup", or "" (a plain step)."""
+        return [e.source for e in self.events]
+
 
 class EventStream(EventSequence):
     """An answer as it streams (contract.GenerationLike): iterate for its TokenEvents, which

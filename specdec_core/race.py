@@ -191,6 +191,9 @@ class Race:
     def __iter__(self) -> Iterator[RaceEvent]:
         results = {n: LaneResult(n) for n in LANES}
         iters = {n: iter(self._lanes[n]) for n in LANES}
+        # a lane decoded elsewhere (a `specdec serve`) brings its engine's own clock in its events'
+        # `t`; waiting on the network or for the other lane's turn there is no compute of its own
+        own = {n for n in LANES if getattr(self._lanes[n], "own_clock", False)}
         running = list(LANES)
         cancelled = False
         while running:
@@ -202,11 +205,15 @@ class Race:
             try:
                 ev = next(iters[lane])
             except StopIteration as stop:
-                self.clocks[lane] += time.perf_counter() - t0
+                if lane not in own:
+                    self.clocks[lane] += time.perf_counter() - t0
                 results[lane].stats = stop.value if stop.value is not None else getattr(self._lanes[lane], "stats", None)
                 running.remove(lane)
                 continue
-            self.clocks[lane] += time.perf_counter() - t0
+            if lane in own:
+                self.clocks[lane] = max(self.clocks[lane], ev.t)
+            else:
+                self.clocks[lane] += time.perf_counter() - t0
             clock = self.clocks[lane]
             ev = dataclasses.replace(ev, t=clock)
             results[lane].events.append(ev)

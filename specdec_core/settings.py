@@ -33,7 +33,7 @@ class ProposerKind:
 # Every proposer the engine can build, in the order the front ends list them. A new kind is one
 # line here and its builder in engine.py (PROPOSER_BUILDERS); the CLI and the app follow.
 PROPOSER_KINDS = (
-    ProposerKind("lookup+draft", "Lookup, then draft model", needs_draft=True),
+    ProposerKind("lookup+draft", "Lookup + draft model", needs_draft=True),
     ProposerKind("draft", "Draft model", needs_draft=True),
     ProposerKind("prompt-lookup", "Prompt lookup", needs_draft=False),
 )

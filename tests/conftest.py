@@ -18,6 +18,22 @@ def soften(model, factor: float):
     return model
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _float32_on_any_cpu():
+    """'auto' loads a model as bfloat16 on a CPU with native bf16 (Intel's AVX512-BF16 / AMX, as
+    on some of the project's machines) and as float32 elsewhere; the tests' references are
+    float32 on a CPU, so the whole session -- module-scoped engines and the commands the tests
+    start included -- sees a CPU without it ($SPECDEC_CPU_BF16=0) and passes whichever machine
+    runs it. The rule itself is tested with both answers (test_models.py)."""
+    from specdec_core.models import device
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDEC_CPU_BF16", "0")
+        device.cpu_has_fast_bf16.cache_clear()
+        yield
+    device.cpu_has_fast_bf16.cache_clear()
+
+
 @pytest.fixture(autouse=True)
 def _own_data_dir(tmp_path, monkeypatch):
     """Recent models (specdec_core/models/recent.py) are written to the test's own folder, never

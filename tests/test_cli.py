@@ -43,6 +43,9 @@ def test_json_lines_per_sample(pair, capsys):
                     "plain_step_share", "target_forward_passes", "draft_forward_passes", "per_position_accepted"):
             assert key in obj["stats"], key
         assert obj["stats"]["plain_steps"] == kinds.count("standard")
+        # each token's source: none for a plain step's, the step's proposer's otherwise
+        assert len(obj["sources"]) == len(kinds)
+        assert all((s == "") == (k == "standard") and s in ("", "draft", "lookup") for s, k in zip(obj["sources"], kinds))
         assert isinstance(obj["text"], str)
 
 

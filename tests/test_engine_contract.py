@@ -13,7 +13,14 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from specdec_core.context import Fit, fit_chat  # noqa: E402
-from specdec_core.contract import ChatPrompt, EngineLike, GenerationLike, ServerInfo, prompt_tokens  # noqa: E402
+from specdec_core.contract import (  # noqa: E402
+    ChatPrompt,
+    EngineError,
+    EngineLike,
+    GenerationLike,
+    ServerInfo,
+    prompt_tokens,
+)
 from specdec_core.events import EventStream, Stats, TokenEvent, TokenKind  # noqa: E402
 from specdec_core.models.errors import ModelError  # noqa: E402
 from specdec_core.models.types import ModelInfo  # noqa: E402
@@ -108,6 +115,9 @@ class FakeEngine:
     def encode_prompt(self, text):
         return self.encode_chat([{"role": "user", "content": text}])
 
+    def encode_text(self, text):
+        return [len(w) for w in text.split()]
+
     def count_tokens(self, messages):
         return len(self.encode_chat(messages))
 
@@ -144,6 +154,9 @@ def test_the_local_engine_implements_the_contract():
     assert engine.context_length == 512 and engine.vocab_size == engine.target.model.config.vocab_size
     messages = [{"role": "user", "content": "the cat sat"}]
     assert engine.count_tokens(messages) == len(engine.encode_chat(messages))
+    # raw text: the tokenizer alone, no chat template around it (an OpenAI completions prompt)
+    raw = engine.encode_text("the cat sat")
+    assert raw == engine.tokenizer("the cat sat")["input_ids"] and len(raw) < len(engine.encode_prompt("the cat sat"))
     gen = engine.generate(engine.encode_chat(messages), DecodeSettings(5, draft_tokens=2))
     assert isinstance(gen, GenerationLike) and len(gen.run().events) == 5 and gen.snapshot() == gen.stats
     fork = engine.fork()
@@ -167,6 +180,21 @@ def test_the_server_engine_implements_the_contract():
     assert engine.count_tokens(chat) is None and prompt_tokens(fit.prompt) is None
     with pytest.raises(Exception, match="cannot be raced"):
         engine.fork()
+    with pytest.raises(EngineError, match="does not tokenize text"):  # said before any request is sent
+        engine.encode_text("hello")
+
+
+def test_an_engine_in_a_line_implements_the_contract():
+    """specdec_core.serve.queue.QueuedEngine: any engine, its generations taking turns."""
+    from specdec_core.serve.queue import DecodeQueue, QueuedEngine
+
+    inner = FakeEngine()
+    engine = QueuedEngine(inner, DecodeQueue(2))
+    check_implements(engine)
+    assert isinstance(engine, EngineLike) and engine.encode_text("a bb") == [1, 2]
+    gen = engine.generate([1], DecodeSettings(3))
+    assert isinstance(gen, GenerationLike) and [e.token_id for e in gen.run().events] == [0, 1, 2]
+    assert gen.stats.stop_reason == "max_new_tokens" and engine.fork().queue is engine.queue
 
 
 def test_the_fake_engine_implements_the_contract():

@@ -243,3 +243,32 @@ def test_race_bad_input_is_one_line_exit_2(pair, capsys, tail, words):
     _, err = capsys.readouterr()
     lines = [x for x in err.splitlines() if x.strip() and not x.startswith(("target:", "draft:", "  - "))]
     assert rc == 2 and len(lines) == 1 and words in lines[0] and "Traceback" not in err
+
+
+class RemoteLane:
+    """A lane decoded elsewhere (a `specdec serve`): its events' `t` are its engine's own clock,
+    and each event takes `wait` seconds to arrive (the network, the other lane's turn there)."""
+
+    own_clock = True
+
+    def __init__(self, times: list[float], wait: float):
+        self.times, self.wait = times, wait
+        self.events: list[TokenEvent] = []
+        self.stats = None
+
+    def __iter__(self):
+        for i, t in enumerate(self.times):
+            time.sleep(self.wait)
+            ev = TokenEvent(i, "x", TokenKind.STANDARD, i, None, t)
+            self.events.append(ev)
+            yield ev
+        self.stats = Stats(new_tokens=len(self.times), seconds=self.times[-1], mode="standard")
+
+
+def test_a_lane_with_its_own_clock_is_timed_by_its_engine_not_by_its_wait():
+    lanes = {"standard": RemoteLane([0.01, 0.02, 0.03], 0.05), "speculative": RemoteLane([0.005, 0.01], 0.1)}
+    result = Race(lanes, threading.Event(), "draft", DecodeSettings(3)).run()
+    # 0.15 s and 0.2 s of waiting are nobody's compute: the lanes' clocks are their engines'
+    assert result.standard.seconds == pytest.approx(0.03) and result.speculative.seconds == pytest.approx(0.01)
+    assert [e.t for e in result.standard.events] == [0.01, 0.02, 0.03]
+    assert result.standard.stats.seconds == pytest.approx(0.03) and result.speedup == pytest.approx(2.0)

@@ -19,6 +19,7 @@ from app.race_view import RaceView, load_presets, summary_html  # noqa: E402
 from app.race_worker import start_race_worker, stop_race_worker  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import LoadRequest  # noqa: E402
+from specdec_core.settings import DEFAULT_PROPOSER  # noqa: E402
 from app_fixtures import tiny_factory  # noqa: E402
 
 TIMEOUT = 60_000
@@ -84,7 +85,7 @@ def test_both_lanes_finish_by_their_own_clocks_and_greedy_texts_match(qtbot, vie
     assert (f"{sp:.2f}× faster" if sp >= 1 else f"slower here: {sp:.2f}×") in summary
     assert result["verdict"] in html.unescape(summary) and "✓" in summary
     assert "own compute time" in view.note.text()
-    assert result["proposer"] == "draft"
+    assert result["proposer"] == DEFAULT_PROPOSER  # the race starts from the app's defaults
     # export: a PNG of the view and a JSON of the timings
     png = view.export_png(tmp_path / "race.png")
     img = QImage(str(png))

@@ -47,17 +47,25 @@ def _build(size: str, quant: str):
         model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
     model.eval()
     if quant == "nf4":
-        # quantize the random bf16 weights in place, as from_pretrained(load_in_4bit) would
-        import bitsandbytes as bnb
-        from transformers.integrations import replace_with_bnb_linear
-        from transformers import BitsAndBytesConfig
+        model = to_nf4(model)
+    return model
 
-        qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
-        state = {n: m.weight.data for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-        model = replace_with_bnb_linear(model, quantization_config=qcfg, modules_to_not_convert=["lm_head"])
-        for n, m in model.named_modules():
-            if isinstance(m, bnb.nn.Linear4bit) and n in state:
-                m.weight = bnb.nn.Params4bit(state[n].cpu(), requires_grad=False, quant_type="nf4").cuda()
+
+def to_nf4(model):
+    """Every decoder linear to bitsandbytes' NF4, quantized where it lies (as load_in_4bit does)."""
+    import bitsandbytes as bnb
+    import torch
+
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear) and f"{name}.{child_name}" != "lm_head":
+                q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                      compute_dtype=torch.bfloat16, quant_type="nf4", device="meta")
+                q.weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, quant_type="nf4").to(
+                    child.weight.device)
+                if child.bias is not None:
+                    q.bias = torch.nn.Parameter(child.bias.data, requires_grad=False)
+                setattr(module, child_name, q)
     return model
 
 

@@ -57,20 +57,25 @@ def _seconds(value: str) -> float:
     return s
 
 
-def add_model_args(p: argparse.ArgumentParser, draft: bool = True) -> None:
-    """--target/--draft/--device/--dtype/--quantization, shared by generate, bench and race."""
+def add_model_args(p: argparse.ArgumentParser, draft: bool = True, server_target: bool = True) -> None:
+    """--target/--draft/--device/--dtype/--quantization, shared by generate, bench, race and serve
+    (which loads models here only: server_target=False leaves out a server target's flags)."""
     p.add_argument("--target", default="default", metavar="SPEC",
-                   help="local HF folder, .gguf file, hub id, 'default' (the embedded target), or a server "
-                        "http://HOST:PORT (llama-server, vLLM: it decodes with its own draft)")
+                   help="local HF folder, .gguf file, hub id, 'default' (the embedded target)" +
+                        (", or a server http://HOST:PORT (llama-server, vLLM: it decodes with its own draft)"
+                         if server_target else ""))
     if draft:
         p.add_argument("--draft", default="default", metavar="SPEC",
-                       help="draft model SPEC (same forms); 'default' = the embedded draft")
+                       help="draft model SPEC (same forms); 'default' = the embedded draft" +
+                            ("" if server_target else "; 'none' for no draft (prompt lookup only)"))
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--quantization", default=None, choices=["nf4", "int8", "none"],
                    help="target quantization (default: nf4 on CUDA, none on CPU; GGUF keeps its own)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow model repos to run their own Python code (off unless you trust them)")
+    if not server_target:
+        return
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="a server target's API key (default: $SPECDEC_API_KEY; the variable keeps it out of ps)")
     p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",

@@ -7,15 +7,15 @@ import argparse
 import sys
 
 from .. import __version__
-from . import bench, generate, models, race
+from . import bench, generate, models, race, serve
 from .args import ArgParser, UsageError
 
 EXIT_BAD_INPUT = 2
-COMMANDS = {"generate": generate, "models": models, "bench": bench, "race": race}
+COMMANDS = {"generate": generate, "models": models, "bench": bench, "race": race, "serve": serve}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgParser(prog="specdec", description="Exact speculative decoding: generate, benchmark, compare.")
+    parser = ArgParser(prog="specdec", description="Exact speculative decoding: generate, benchmark, compare, serve.")
     parser.add_argument("--version", action="version", version=f"specdec {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgParser)
     for command in COMMANDS.values():

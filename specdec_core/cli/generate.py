@@ -85,7 +85,8 @@ def _prompt(args, engine):
 
 
 def _answer(gen) -> dict:
-    return {"token_ids": gen.token_ids, "kinds": gen.kinds, "text": gen.text, "stats": gen.stats.to_dict()}
+    return {"token_ids": gen.token_ids, "kinds": gen.kinds, "sources": gen.sources, "text": gen.text,
+            "stats": gen.stats.to_dict()}
 
 
 def _keep_cut_answer(gen, as_json: bool) -> None:

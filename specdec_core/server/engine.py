@@ -10,12 +10,16 @@
 - vLLM (owned_by "vllm"): its /metrics say whether speculative decoding is configured;
   answers through /v1/chat/completions, kinds `server`, figures per request when the server
   reports them (--per-request-spec-decode-metrics) else from its Prometheus counters;
+- `specdec serve` (owned_by "specdec", this project's own server): prompts through its /tokenize,
+  answers through its /v1/completions stream, which carries every token's kind and the engine's
+  Stats as they are (specdec.py): nothing rebuilt; every request carries the whole settings
+  value, so it can be toggled to standard and raced like models loaded here;
 - any other OpenAI-compatible server: answers and nothing more (kind `server`).
 
-The server decodes with its own draft; neither engine takes a request that turns drafting
-off (llama-server of this build has its per-request speculative fields switched off; vLLM
-configures speculation per server), so `race_refusal` says why such a target cannot be raced
-and settings with mode "standard" are refused on a server that drafts.
+Those others decode with their own draft; neither llama-server nor vLLM takes a request that
+turns drafting off (llama-server of this build has its per-request speculative fields switched
+off; vLLM configures speculation per server), so `race_refusal` says why such a target cannot be
+raced and settings with mode "standard" are refused on a server that drafts.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from collections.abc import Callable
 from ..context import Fit, Messages, fit_chat
 from ..contract import ChatPrompt, EngineError, Prompt, ServerInfo, prompt_tokens
 from ..models.types import ModelInfo
+from ..serve.protocol import EXTENSION, OWNED_BY
 from ..settings import DecodeSettings
 from .errors import HTTPStatusError, ServerError
 from .generation import Request, ServerGeneration, stream_llama, stream_openai
 from .http import DEFAULT_TIMEOUT, Endpoint
+from .specdec import stream_specdec
 
 API_KEY_ENV = "SPECDEC_API_KEY"
-LLAMA_CPP, VLLM, OPENAI = "llama.cpp", "vLLM", "OpenAI-compatible"
+LLAMA_CPP, VLLM, SPECDEC, OPENAI = "llama.cpp", "vLLM", "specdec serve", "OpenAI-compatible"
 
 
 def is_server_spec(spec: object) -> bool:
@@ -70,6 +76,8 @@ def connect(url: str, api_key: str | None = None, timeout: float = DEFAULT_TIMEO
         props = _optional_json(endpoint, "/props")
     if isinstance(props, dict) and "default_generation_settings" in props:
         engine = _llama(endpoint, first, props)
+    elif owner == OWNED_BY and isinstance(first.get(EXTENSION), dict):
+        engine = _specdec(endpoint, first)
     elif owner == "vllm":
         engine = _vllm(endpoint, first)
     else:
@@ -104,6 +112,33 @@ def _llama(endpoint: Endpoint, model: dict, props: dict) -> ServerEngine:
     n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")  # one slot's context
     engine.context_length = int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
     return engine
+
+
+def _specdec(endpoint: Endpoint, model: dict) -> ServerEngine:
+    """What a `specdec serve` says of its pair in its model card: the models as they loaded
+    there, its context and vocabulary."""
+    card = model[EXTENSION]
+    draft = card.get("draft")
+    # what it drafts with: its draft model, else prompt lookup (copies from the conversation)
+    drafting = str(draft.get("name") or "draft model") if isinstance(draft, dict) else "prompt lookup"
+    engine = ServerEngine(endpoint, SPECDEC, str(model["id"]), True, drafting)
+    where = f"{SPECDEC} server at {endpoint.url}"
+    engine.target_info = _served_info(card.get("target") or {}, model["id"], endpoint.url, where)
+    engine.draft_info = _served_info(draft, "draft", endpoint.url, where) if isinstance(draft, dict) else None
+    engine.target_info.notes.append(f"specdec serve {card.get('version', '?')}: every token's kind and the "
+                                    "engine's Stats come as the serving engine decided them")
+    n_ctx, vocab = model.get("max_model_len"), card.get("vocab_size")
+    engine.context_length = n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+    engine.vocab_size = vocab if isinstance(vocab, int) and vocab > 0 else None
+    return engine
+
+
+def _served_info(d: dict, name: str, url: str, where: str) -> ServerModelInfo:
+    notes = [str(n) for n in d.get("notes") or []]
+    return ServerModelInfo(name=str(d.get("name") or name), source=url, dtype=str(d.get("dtype") or "server's own"),
+                           quantization=str(d.get("quantization") or "server's own"), device=where,
+                           memory_bytes=int(d.get("memory_bytes") or 0), load_seconds=0.0, notes=notes,
+                           kernels=str(d.get("kernels") or ""))
 
 
 def _vllm(endpoint: Endpoint, model: dict) -> ServerEngine:
@@ -174,31 +209,57 @@ class ServerEngine:
                 "turn drafting on or off")
 
     def server_info(self) -> ServerInfo:
+        if self.flavour == SPECDEC:  # every setting travels with each request: a target like one loaded here
+            return ServerInfo(url=self.endpoint.url, engine=self.flavour, model=self.model, mode=self.mode,
+                              speculative=True, proposer=self.spec_types, colours="exact", race_note="",
+                              can_race=True, can_toggle=True)
         return ServerInfo(url=self.endpoint.url, engine=self.flavour, model=self.model, mode=self.mode,
                           speculative=self.speculative, proposer=self.spec_types,
                           colours="per token" if self.flavour == LLAMA_CPP else "none", race_note=self.race_refusal)
 
     def fork(self) -> ServerEngine:
-        raise EngineError(self.race_refusal)
+        """A race's lane: a `specdec serve` takes each lane's requests in turn (one decode at a
+        time there, so each lane's clock, the engine's own, counts its compute alone)."""
+        if self.flavour != SPECDEC:
+            raise EngineError(self.race_refusal)
+        twin = ServerEngine(self.endpoint, self.flavour, self.model, self.speculative, self.spec_types)
+        twin.target_info, twin.draft_info = self.target_info, self.draft_info
+        twin.context_length, twin.vocab_size = self.context_length, self.vocab_size
+        return twin
 
     # -- prompts ----------------------------------------------------------------------------
     def encode_chat(self, messages: Messages) -> Prompt:
-        """llama-server: token ids through its own template and tokenizer (what its chat
-        endpoint would feed the model); others: the messages, for their chat endpoint."""
+        """llama-server, specdec serve: token ids through its own template and tokenizer (what its
+        chat endpoint would feed the model); others: the messages, for their chat endpoint."""
+        if self.flavour == SPECDEC:
+            return self._tokenize({"model": self.model, "messages": list(messages)})
         if self.flavour != LLAMA_CPP:
             return ChatPrompt(tuple(dict(m) for m in messages))
         tpl = self.endpoint.post_json("/apply-template", {"messages": list(messages)})
         text = tpl.get("prompt") if isinstance(tpl, dict) else None
         if not isinstance(text, str):
             raise ServerError(f"{self.endpoint.url}/apply-template did not return a prompt")
-        tok = self.endpoint.post_json("/tokenize", {"content": text, "add_special": True, "parse_special": True})
+        return self._tokenize({"content": text, "add_special": True, "parse_special": True})
+
+    def encode_prompt(self, text: str) -> Prompt:
+        return self.encode_chat([{"role": "user", "content": text}])
+
+    def encode_text(self, text: str) -> Prompt:
+        """Raw text through the server's tokenizer (llama-server, specdec serve); other servers
+        do not tokenize for their clients."""
+        if self.flavour == SPECDEC:
+            return self._tokenize({"model": self.model, "prompt": text})
+        if self.flavour == LLAMA_CPP:
+            return self._tokenize({"content": text, "add_special": True, "parse_special": True})
+        raise EngineError(f"the {self.flavour} server at {self.endpoint.url} does not tokenize text for its "
+                          "clients: send it chat messages")
+
+    def _tokenize(self, body: dict) -> list[int]:
+        tok = self.endpoint.post_json("/tokenize", body)
         ids = tok.get("tokens") if isinstance(tok, dict) else None
         if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
             raise ServerError(f"{self.endpoint.url}/tokenize did not return token ids")
         return ids
-
-    def encode_prompt(self, text: str) -> Prompt:
-        return self.encode_chat([{"role": "user", "content": text}])
 
     def count_tokens(self, messages: Messages) -> int | None:
         return prompt_tokens(self.encode_chat(messages))
@@ -209,9 +270,10 @@ class ServerEngine:
     # -- decoding ----------------------------------------------------------------------------
     def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
                  reuse_cache: bool = False) -> ServerGeneration:
-        """Stream one answer. The draft length and the proposer are the server's own business;
-        the mode must be what the server does ("speculative" on a server that does not say)."""
-        if settings.mode == "standard" and self.speculative:
+        """Stream one answer. A `specdec serve` takes every setting; elsewhere the draft length
+        and the proposer are the server's own business, and the mode must be what the server
+        does ("speculative" on a server that does not say)."""
+        if settings.mode == "standard" and self.speculative and self.flavour != SPECDEC:
             raise ServerError(f"the {self.flavour} server at {self.endpoint.url} drafts on every request and no "
                               "request can turn that off, so it cannot decode standard here; run a server without "
                               "a draft for standard decoding")
@@ -219,6 +281,10 @@ class ServerEngine:
             raise ServerError("the prompt is empty: give at least one token")
         req = Request(settings, self.mode, self.spec_types or None, reuse_cache, cancel)
         base = {"url": self.endpoint.url, "engine": self.flavour, "model": self.model}
+        if self.flavour == SPECDEC:
+            if isinstance(prompt, ChatPrompt):
+                prompt = self.encode_chat(list(prompt.messages))
+            return ServerGeneration(stream_specdec(self.endpoint, self.model, list(prompt), req, base), own_clock=True)
         if self.flavour == LLAMA_CPP:
             if isinstance(prompt, ChatPrompt):
                 prompt = self.encode_chat(list(prompt.messages))

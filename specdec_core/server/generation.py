@@ -59,7 +59,10 @@ def figure_notes(server: dict, draft_tokens: int, accepted_draft_tokens: int) ->
 
 
 class ServerGeneration(EventStream):
-    def __init__(self, run: Callable[[ServerGeneration], Iterator[TokenEvent]]):
+    def __init__(self, run: Callable[[ServerGeneration], Iterator[TokenEvent]], own_clock: bool = False):
+        # own_clock: the events' `t` are the serving engine's compute clock (a `specdec serve`),
+        # which a race reads as the lane's clock instead of the time it waits on the network
+        self.own_clock = own_clock
         self.events: list[TokenEvent] = []
         self.stats: ServerStats | None = None
         self.error: ServerError | None = None

@@ -1,0 +1,73 @@
+"""The wire format of `specdec serve`'s extension to the OpenAI API: what a request may add and
+what every response carries beyond the standard fields (which clients such as the official
+`openai` package read, ignoring the rest). Shared by the server (serve/app.py) and the client
+that recognises such a server (server/specdec.py). Plain JSON values; no torch.
+
+A request may add (the `openai` client sends them with `extra_body=`):
+
+    "top_k": K                       vLLM's and llama.cpp's spelling; 0 (or -1) = off
+    "specdec": {"mode": "speculative" | "standard",
+                "draft_tokens": K | "adaptive",
+                "proposer": "lookup+draft" | "draft" | "prompt-lookup",
+                "reuse_cache": true,       keep the engine's cached prefix of an earlier request
+                "running_stats": false,    every chunk also carries the engine's running Stats
+                "engine_seed": N}          the engine's own seed as it is (a client engine's
+                                           DecodeSettings.seed); `seed` is `specdec generate
+                                           --seed`'s, whose one sample has sample_seed(seed, 0)
+
+Every response adds a "specdec" object:
+
+    a streamed chunk        {"tokens": [TOKEN, ...]}            the tokens whose text the chunk carries
+    the finishing chunk     {"tokens": [...], "stats": STATS, "queue_seconds": s, "settings": SETTINGS}
+    a whole answer          the same, with every token
+    TOKEN = {"id", "text", "kind", "source", "step", "draft_position", "draft_length", "t", "margin"}
+    STATS = events.Stats.to_dict(): the engine's own figures (acceptance_rate = alpha,
+            mean_accepted_per_step = tau, tokens_per_second, decode_tokens_per_second,
+            plain_step_share, per-position counts, ...), never recomputed by the server
+    SETTINGS = {"max_new_tokens", "temperature", "top_k", "top_p", "draft_tokens", "mode", "proposer",
+                "seed" (the request's, or the random one drawn for it), "engine_seed", "reuse_cache"}
+
+/v1/models names the server (owned_by "specdec") and describes the loaded pair under "specdec".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..events import Stats, TokenEvent, TokenKind
+
+EXTENSION = "specdec"  # the key of the extension object in requests, responses and the model card
+OWNED_BY = "specdec"  # /v1/models' owned_by: how a client tells this server from others
+
+# the extension's request fields (requests.py checks them)
+REQUEST_FIELDS = ("mode", "draft_tokens", "proposer", "reuse_cache", "running_stats", "engine_seed")
+
+
+def token_to_wire(ev: TokenEvent) -> dict:
+    margin = ev.margin if ev.margin is not None and math.isfinite(ev.margin) else None  # JSON has no inf
+    return {"id": ev.token_id, "text": ev.text, "kind": ev.kind.value, "source": ev.source, "step": ev.step,
+            "draft_position": ev.draft_position, "draft_length": ev.draft_length, "t": ev.t, "margin": margin}
+
+
+def token_from_wire(d: dict) -> TokenEvent:
+    """One TOKEN back into the engine's event (ValueError/KeyError/TypeError on a malformed one)."""
+    margin = d.get("margin")
+    pos = d.get("draft_position")
+    return TokenEvent(int(d["id"]), str(d.get("text", "")), TokenKind(d["kind"]), int(d.get("step", 0)),
+                      None if pos is None else int(pos), float(d.get("t", 0.0)),
+                      None if margin is None else float(margin), int(d.get("draft_length", 0)),
+                      str(d.get("source", "")))
+
+
+def stats_to_wire(stats: Stats) -> dict:
+    return stats.to_dict()
+
+
+def stats_from_wire(d: dict, cls: type[Stats] = Stats, **extra) -> Stats:
+    """STATS back into a Stats (or a subclass, with `extra` fields): the fields it names; the
+    derived figures (alpha, tau, tok/s) are properties and follow from them."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in d.items() if k in names}
+    kwargs.update(extra)
+    return cls(**kwargs)

@@ -1,0 +1,103 @@
+"""The OpenAI response objects: a whole answer, and the chunks of a streamed one, for chat
+completions and (text) completions alike, each with the `specdec` extension (protocol.py).
+
+    chat         {"object": "chat.completion", "choices": [{"message": {"role", "content"}, ...}]}
+    chat chunk   {"object": "chat.completion.chunk", "choices": [{"delta": {"content"}, ...}]}
+    completion   {"object": "text_completion", "choices": [{"text", ...}]} (chunks: the same object)
+
+Streamed (every chunk with the extension, its tokens' list empty where it has none), the first
+chunk of a chat gives the role (as OpenAI's does); a chunk per engine step
+gives its text and tokens; the last chunk with a choice gives the finish_reason and the Stats;
+with stream_options.include_usage every chunk has "usage": null and one more chunk after the
+last gives the usage with no choices; then `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+from ..events import Stats, TokenEvent
+from .protocol import EXTENSION, stats_to_wire, token_to_wire
+
+
+class Shape:
+    """The objects of one request's answer (its id, creation time and model fixed once)."""
+
+    def __init__(self, chat: bool, model: str, include_usage: bool = False):
+        self.chat = chat
+        self.model = model
+        self.include_usage = include_usage
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+
+    def _object(self, streamed: bool) -> dict:
+        kind = ("chat.completion.chunk" if streamed else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "system_fingerprint": None}
+
+    def _choice(self, text: str | None, finish: str | None, streamed: bool) -> dict:
+        if not self.chat:
+            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+        if streamed:
+            delta = {} if text is None else {"content": text}
+            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return {"index": 0, "message": {"role": "assistant", "content": text or ""}, "finish_reason": finish,
+                "logprobs": None}
+
+    # -- streamed ---------------------------------------------------------------------------
+    def chunk(self, text: str | None, finish: str | None = None, ext: dict | None = None) -> dict:
+        obj = self._object(True)
+        obj["choices"] = [self._choice(text, finish, True)]
+        if self.include_usage:
+            obj["usage"] = None
+        if ext is not None:
+            obj[EXTENSION] = ext
+        return obj
+
+    def role_chunk(self) -> dict:
+        obj = self.chunk(None, ext={"tokens": []})  # every chunk has the extension: a client reads it alike
+        obj["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+        return obj
+
+    def usage_chunk(self, usage: dict) -> dict:
+        obj = self._object(True)
+        obj["choices"] = []
+        obj["usage"] = usage
+        obj[EXTENSION] = {"tokens": []}
+        return obj
+
+    # -- whole ------------------------------------------------------------------------------
+    def response(self, text: str, finish: str | None, usage: dict, ext: dict) -> dict:
+        obj = self._object(False)
+        obj["choices"] = [self._choice(text, finish, False)]
+        obj["usage"] = usage
+        obj[EXTENSION] = ext
+        return obj
+
+
+def usage(prompt_tokens: int, completion_tokens: int, stats: Stats | None) -> dict:
+    cached = stats.reused_prompt_tokens if stats is not None else 0
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def tokens_ext(tokens: list[TokenEvent], running: Stats | None = None) -> dict:
+    ext: dict = {"tokens": [token_to_wire(e) for e in tokens]}
+    if running is not None:
+        ext["stats"] = stats_to_wire(running)
+    return ext
+
+
+def final_ext(stats: Stats, queue_seconds: float, settings: dict, tokens: list[TokenEvent]) -> dict:
+    """The last chunk's (or a whole answer's) extension: the engine's Stats, how long the request
+    waited for its turn, and the settings it was decoded with (its seed too)."""
+    return {"tokens": [token_to_wire(e) for e in tokens], "stats": stats_to_wire(stats),
+            "queue_seconds": queue_seconds, "settings": settings}
+
+
+def sse(obj: dict | str) -> bytes:
+    """One server-sent event: `data: JSON` and a blank line."""
+    data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return f"data: {data}\n\n".encode()
