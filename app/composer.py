@@ -6,6 +6,7 @@ while a sent message is being edited.
   attached (the window also takes files dropped anywhere on it);
 - AttachmentBar: one chip per attachment -- name, size, the tokens it takes of the context (the
   context meter counts them), a button to take it off; a click shows its text;
+- SystemPromptBox: the system prompt, which passes dropped files on to be attached;
 - EditBanner: "editing a sent message: sending makes a new branch", with Cancel.
 """
 
@@ -31,6 +32,11 @@ from PySide6.QtWidgets import (
 
 from .attachments import human_size, is_long_paste
 from .history import Attachment
+
+
+def local_files(source) -> list[str]:
+    """The local files a drop or a paste carries (none for plain text)."""
+    return [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
 
 
 class Composer(QPlainTextEdit):
@@ -59,15 +65,33 @@ class Composer(QPlainTextEdit):
         super().keyPressEvent(e)
 
     def canInsertFromMimeData(self, source) -> bool:
-        return (source.hasUrls() and any(u.isLocalFile() for u in source.urls())) or super().canInsertFromMimeData(source)
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
 
     def insertFromMimeData(self, source) -> None:
-        files = [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
+        files = local_files(source)
         if files:
             self.files_dropped.emit(files)
             return
         if source.hasText() and is_long_paste(source.text()):
             self.long_paste.emit(source.text())
+            return
+        super().insertFromMimeData(source)
+
+
+class SystemPromptBox(QPlainTextEdit):
+    """The system prompt. A file dropped on it is attached to the message, as anywhere else on the
+    window: a plain text box takes the drop itself and would type the file's file:// address into
+    the system prompt instead."""
+
+    files_dropped = Signal(list)
+
+    def canInsertFromMimeData(self, source) -> bool:
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:
+        files = local_files(source)
+        if files:
+            self.files_dropped.emit(files)
             return
         super().insertFromMimeData(source)
 

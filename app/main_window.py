@@ -29,7 +29,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSplitter,
@@ -41,7 +40,7 @@ from PySide6.QtWidgets import (
 from .attachments import AttachmentError, attachment_block, from_paste, limits_text, prompt_content, read_file
 from .chat_list import ChatList
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
-from .composer import AttachmentBar, Composer, EditBanner
+from .composer import AttachmentBar, Composer, EditBanner, SystemPromptBox
 from .context_meter import DEBOUNCE_MS, ContextMeter, CountJob, start_counter
 from .conversation import Conversation
 from .figures import meta_line
@@ -196,8 +195,9 @@ class MainWindow(QMainWindow):
         clay = QVBoxLayout(chat_page)
         clay.setContentsMargins(0, 0, 0, 6)
         clay.setSpacing(4)
-        self.system_prompt = QPlainTextEdit()
+        self.system_prompt = SystemPromptBox()
         self.system_prompt.setObjectName("SystemPrompt")
+        self.system_prompt.files_dropped.connect(self.attach_files)
         self.system_prompt.setPlaceholderText("System prompt (optional), e.g. “You are a concise assistant.”")
         self.system_prompt.setFixedHeight(40)
         self.system_prompt.textChanged.connect(self._schedule_count)

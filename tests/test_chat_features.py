@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QMimeData, Qt, QUrl  # noqa: E402
-from PySide6.QtGui import QTextCharFormat, QTextCursor  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QTextCharFormat, QTextCursor  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
 
@@ -244,6 +244,46 @@ def test_attached_files_go_into_the_prompt_and_stay_with_the_message(qtbot, make
     # editing the message brings its attachments back
     win.edit_message(q)
     assert [a.name for a in win.attachment_bar.items] == ["cat.py", "Pasted text"]
+
+
+def drop_on(win, widget, paths) -> bool:
+    """Files dragged from a file manager onto `widget`: enter, move and drop at its centre, sent to
+    the window's QWindow, which routes them to the widget under that point (and up to the one that
+    takes drops) as it does a real drag. True when the drag was accepted there."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    pos = widget.mapTo(win, widget.rect().center())
+    handle = win.windowHandle()
+    args = (Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    enter = QDragEnterEvent(pos, *args)
+    QApplication.sendEvent(handle, enter)
+    move = QDragMoveEvent(pos, *args)
+    move.setAccepted(enter.isAccepted())  # as the platform's drag does after an accepted enter
+    QApplication.sendEvent(handle, move)
+    if not move.isAccepted():
+        return False
+    QApplication.sendEvent(handle, QDropEvent(QPointF(pos), *args))
+    return True
+
+
+# QDragEnterEvent and QDragMoveEvent are built from a QPoint, which PySide marks deprecated (Qt's
+# own constructors, which the platform's drag uses, are those)
+@pytest.mark.filterwarnings("ignore:Function.*QDrag.*deprecated:DeprecationWarning")
+def test_files_dropped_anywhere_on_the_window_are_attached(qtbot, make_window, tmp_path):
+    """Not only on the input box: on the chat, the system prompt (whose text box would otherwise
+    type the file's address into the prompt), the chat list, the side panel."""
+    win = make_window(max_new=3)
+    send_and_wait(qtbot, win, "the cat")
+    show(qtbot, win)
+    code = tmp_path / "hat.py"
+    code.write_text("the hat\n")
+    places = {"input box": win.composer, "chat": win.chat_view.messages[-1].view, "system prompt": win.system_prompt,
+              "chat list": win.chat_list.chats, "side panel": win.side_panel, "context meter": win.meter}
+    for where, widget in places.items():
+        before = len(win.attachment_bar.items)
+        assert drop_on(win, widget, [code]), where
+        assert len(win.attachment_bar.items) == before + 1 and win.attachment_bar.items[-1].name == "hat.py", where
+    assert win.system_prompt.toPlainText() == "" and win.composer.toPlainText() == ""
 
 
 # -- 4. the context meter --------------------------------------------------------------------------
