@@ -464,7 +464,7 @@ class MainWindow(QMainWindow):
 
         self.saver.submit(("chat", id(chat)), create)
         prompt = self.system_prompt.toPlainText().strip()
-        self.saver.submit(("system", id(chat), prompt), lambda h: h.set_system_prompt(chat.id, prompt))
+        self.saver.submit(("system", id(chat)), lambda h: h.set_system_prompt(chat.id, prompt), last=True)
 
     def _save_message(self, message: Message) -> None:
         chat = self.chat
@@ -474,7 +474,7 @@ class MainWindow(QMainWindow):
         chat, conv = self.chat, self.conversation
         if chat is not None:
             self.saver.submit(("leaf", id(chat)), lambda h: h.set_leaf(
-                chat.id, conv.leaf.id if conv.leaf is not None else None))
+                chat.id, conv.leaf.id if conv.leaf is not None else None), last=True)
 
     def _on_save_failed(self, why: str) -> None:
         self.unsaved_label.setText("⚠ not saved")
@@ -567,14 +567,14 @@ class MainWindow(QMainWindow):
         title = title.strip() or self.history.title(chat_id)
         if self.chat is not None and self.chat.id == chat_id:
             self.chat.title = title
-        self.saver.submit(("title", chat_id, title), lambda h: h.set_title(chat_id, title))
+        self.saver.submit(("title", chat_id), lambda h: h.set_title(chat_id, title), last=True)
         self._refresh_chat_list()
 
     def pin_chat(self, chat_id: int | None, pinned: bool) -> None:
         if chat_id is None:
             self.pin_action.setChecked(False)
             return
-        self.saver.submit(("pin", chat_id, pinned), lambda h: h.set_pinned(chat_id, pinned))
+        self.saver.submit(("pin", chat_id), lambda h: h.set_pinned(chat_id, pinned), last=True)
         self._refresh_chat_list()
 
     def delete_chat(self, chat_id: int | None = None) -> None:
@@ -799,7 +799,7 @@ class MainWindow(QMainWindow):
         else:
             prompt = self.system_prompt.toPlainText().strip()
             chat = self.chat
-            self.saver.submit(("system", id(chat), prompt), lambda h: h.set_system_prompt(chat.id, prompt))
+            self.saver.submit(("system", id(chat)), lambda h: h.set_system_prompt(chat.id, prompt), last=True)
         # an edit is a sibling of the message it replaces; otherwise the next message of the branch
         parent = self.editing.parent if self.editing is not None else self.conversation.leaf
         msg = self.conversation.add(Message("user", text, attachments=attachments), parent)
@@ -1024,7 +1024,7 @@ class MainWindow(QMainWindow):
         """'auto' (follow the system), 'light' or 'dark'; remembered with the chats."""
         self.switcher.set_mode(mode)
         self._sync_theme_actions()
-        self.saver.submit(("pref", "theme"), lambda h: h.set_pref("theme", self.switcher.mode))
+        self.saver.submit(("pref", "theme"), lambda h: h.set_pref("theme", self.switcher.mode), last=True)
 
     def _sync_theme_actions(self) -> None:
         if not hasattr(self, "dark_action"):

@@ -1,8 +1,17 @@
 """Writes to the History in order, and keeps them when the disk says no.
 
-Each write is a function of the History that reads what it saves when it runs (a chat, a message
-as it is now), queued under a key: a second request for the same key while the first still
-waits adds nothing, since the first writes the newest content anyway. When a write fails
+Each write is a function of the History, queued under a key that names what it writes (a chat's
+row, a message, a chat's title or pin); a second request for the same key while the first still
+waits replaces it, so the newest content is what reaches the disk. Where it goes in the queue:
+
+- a row others depend on (a chat's row, a message: a question before its answer) keeps the first
+  request's place, so nothing is written before what it refers to;
+- a setting (`last=True`: the branch shown, a title, a pin, a pref) goes to the end, so the last
+  thing the user chose is the last word: pin, unpin, pin again while the disk is full ends
+  pinned, and the branch switched to after a send is the one the chat reopens on (writing a
+  message also moves the chat's leaf to it).
+
+When a write fails
 (SaveError: disk full, a read-only folder) the queue stops there, `failed` is emitted once for
 the run of failures, the chat stays in memory, and the queue is tried again every RETRY_MS until
 it goes through (`resumed`). GUI thread only, like the History.
@@ -36,9 +45,15 @@ class Saver(QObject):
     def pending(self) -> int:
         return len(self._queue)
 
-    def submit(self, key: Hashable, write: Callable[[History], object]) -> bool:
-        """Queue `write` (unless `key` already waits) and flush; True when nothing waits after."""
-        if all(k != key for k, _ in self._queue):
+    def submit(self, key: Hashable, write: Callable[[History], object], last: bool = False) -> bool:
+        """Queue `write` in the place of a waiting write under `key` (at the end with `last`, or
+        when none waits) and flush; True when nothing waits after."""
+        i = next((i for i, (k, _) in enumerate(self._queue) if k == key), None)
+        if i is not None and not last:
+            self._queue[i] = (key, write)
+        else:
+            if i is not None:
+                del self._queue[i]
             self._queue.append((key, write))
         return self.flush()
 

@@ -430,6 +430,32 @@ def test_a_read_only_database_gets_a_dialog_and_the_chat_goes_on(qtbot, make_win
     assert win.chat_list.chats.count() == 1
 
 
+def test_what_the_user_chose_last_is_what_reaches_the_disk_once_it_takes_writes_again(qtbot, make_window):
+    """While every write is refused, the chat is pinned, unpinned and pinned again, and its branch
+    is switched, then a message sent on it, then switched again: once the disk takes writes, the
+    chat is pinned and reopens on the branch shown last, with every message there."""
+    win = make_window(max_new=3)
+    send_and_wait(qtbot, win, "the cat")
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        win.regenerate()
+    first, second = win.conversation.versions(win.messages[-1])
+    win.history.db.execute("PRAGMA query_only = ON")
+    for on in (True, False, True):
+        win.pin_chat(win.chat_id, on)
+    win.switch_version(second, -1)  # the first answer's branch...
+    send_and_wait(qtbot, win, "the hat")  # ...goes on from the first answer
+    win.switch_version(first, 1)  # and the second answer's branch is what the chat shows at the end
+    assert win.messages[-1] is second and win.saver.pending
+    win.history.db.execute("PRAGMA query_only = OFF")
+    with qtbot.waitSignal(win.saver.resumed, timeout=10_000):
+        pass
+    h = History(win.history.data_dir)
+    assert h.pinned(win.chat_id)
+    assert [m.id for m in h.messages(win.chat_id)] == [m.id for m in win.messages] == [win.messages[0].id, second.id]
+    assert len(h.all_messages(win.chat_id)) == 5
+    h.close()
+
+
 def test_an_unopenable_data_folder_keeps_the_chats_in_memory(qtbot, make_window, tmp_path):
     folder = tmp_path / "not-a-folder"
     folder.write_text("a file where the data folder should be")
