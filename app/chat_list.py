@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLabel,
@@ -45,6 +45,28 @@ def hit_html(hit: SearchHit) -> str:
     return f"{html.escape(hit.title or '(untitled)')}<br><span style='color:gray'>{who}:</span> {marked(hit.snippet)}"
 
 
+class EscapeClearsSearch(QObject):
+    """Esc in the search box clears the search it holds. The window binds Esc too (stop the answer,
+    cancel an edit), and a window's shortcut takes a key before the box sees it unless the box
+    claims it first (ShortcutOverride); with nothing to clear, Esc is the window's as elsewhere.
+    (A rename's editor needs none of this: Qt's item delegate claims Esc for itself.)"""
+
+    def __init__(self, chat_list: ChatList):
+        super().__init__(chat_list)
+        self.chat_list = chat_list
+
+    def eventFilter(self, obj, e) -> bool:
+        if e.type() not in (QEvent.Type.ShortcutOverride, QEvent.Type.KeyPress):
+            return False
+        if e.key() != Qt.Key.Key_Escape or e.modifiers() or not self.chat_list.search.text():
+            return False
+        if e.type() == QEvent.Type.ShortcutOverride:
+            e.accept()  # the key press comes to the box, the window's shortcut is not triggered
+        else:
+            self.chat_list.clear_search()
+        return True
+
+
 class ChatList(QWidget):
     new_requested = Signal()
     open_requested = Signal(int)  # chat id
@@ -74,6 +96,7 @@ class ChatList(QWidget):
         self._delay.timeout.connect(lambda: self.search_changed.emit(self.search.text()))
         self.search.textChanged.connect(lambda _t: self._delay.start())
         self.search.returnPressed.connect(self._open_first_hit)
+        self.search.installEventFilter(EscapeClearsSearch(self))
 
         self.chats = QListWidget()
         self.chats.setObjectName("ChatList")
@@ -83,6 +106,8 @@ class ChatList(QWidget):
         self.chats.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed)
         self.chats.itemClicked.connect(lambda it: self.open_requested.emit(it.data(CHAT)))
         self.chats.itemChanged.connect(self._renamed)
+        # a rename left with Esc changes nothing: the pinned mark taken off for the edit comes back
+        self.chats.itemDelegate().closeEditor.connect(self._editor_closed)
         self.chats.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.chats.customContextMenuRequested.connect(self._menu)
         lay.addWidget(self.chats, 1)
@@ -137,6 +162,13 @@ class ChatList(QWidget):
             self._filling = False
             self.chats.setCurrentItem(it)
             self.chats.editItem(it)
+
+    def _editor_closed(self, *_args) -> None:
+        it = self.chats.currentItem()
+        if it is not None and it.data(CHAT + 2) and not it.text().startswith(PIN):
+            self._filling = True
+            it.setText(PIN + it.text())
+            self._filling = False
 
     def _renamed(self, it: QListWidgetItem) -> None:
         if self._filling:

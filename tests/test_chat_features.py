@@ -19,7 +19,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent, QTextCharFormat, QTextCursor  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
-from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox  # noqa: E402
 
 from app import figures  # noqa: E402
 from app.attachments import MAX_BYTES, PASTE_LINES, attachment_block  # noqa: E402
@@ -168,8 +168,10 @@ def test_search_finds_every_branch_and_jumps_to_the_message(qtbot, make_window):
     with qtbot.waitSignal(win.chat_list.search_changed, timeout=TIMEOUT):
         pass
     assert not win.chat_list.no_results.isHidden() and "zebra" in win.chat_list.no_results.text()
-    win.chat_list.clear_search()
-    assert not win.chat_list.chats.isHidden()
+    # Esc in the search box clears it (the window's Esc, stop, is not what is meant there)
+    win.chat_list.search.setFocus()
+    QTest.keyClick(win.chat_list.search, Qt.Key.Key_Escape)
+    assert win.chat_list.search.text() == "" and not win.chat_list.chats.isHidden()
 
 
 def test_rename_and_pin_chats(qtbot, make_window):
@@ -189,6 +191,15 @@ def test_rename_and_pin_chats(qtbot, make_window):
     # pinned: first in the list, marked
     win.pin_chat(first, True)
     assert lst.item(0).data(Qt.ItemDataRole.UserRole) == first and lst.item(0).text() == "★ Cats, renamed"
+    # F2 on a pinned chat, then Esc: nothing renamed, still marked
+    win.show()
+    qtbot.waitExposed(win)
+    win.start_rename(first)
+    editor = lst.indexWidget(lst.currentIndex())
+    assert isinstance(editor, QLineEdit) and editor.text() == "Cats, renamed"
+    QTest.keyClick(editor, Qt.Key.Key_Escape)  # the editor's, not the window's Esc (stop, cancel an edit)
+    assert lst.state() != lst.State.EditingState
+    assert lst.item(0).text() == "★ Cats, renamed" and win.history.title(first) == "Cats, renamed"
     win.chat_list.pin_requested.emit(first, False)
     assert lst.item(0).data(Qt.ItemDataRole.UserRole) == win.chat_id
     # the title of a new chat is still its first message
