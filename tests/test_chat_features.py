@@ -136,6 +136,57 @@ def test_regenerate_keeps_each_version_with_its_own_colours_and_figures(qtbot, m
     h.close()
 
 
+def test_a_chat_database_of_the_previous_release_opens_in_the_window_with_every_message_and_colour(
+        qtbot, make_window, tmp_path):
+    """tests/data/history-v1, written by the previous release's app, opened by this one: every chat
+    in the list, every message in its bubble, every token's colour its kind's, the stopped answer
+    marked -- and nothing to switch between (one branch, one version each)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    v1 = Path(__file__).resolve().parent / "data" / "history-v1" / "chats.sqlite3"
+    folder = tmp_path / "old"
+    folder.mkdir()
+    shutil.copy(v1, folder / "chats.sqlite3")
+    db = sqlite3.connect(folder / "chats.sqlite3")  # what the old file holds, read before the upgrade
+    before = {cid: (title, db.execute("SELECT role, content, tokens, stats FROM messages WHERE chat_id = ? "
+                                      "ORDER BY id", (cid,)).fetchall())
+              for cid, title in db.execute("SELECT id, title FROM chats")}
+    db.close()
+    win = make_window(data_dir=folder, load=False)
+    lst = win.chat_list.chats
+    assert sorted(lst.item(i).text() for i in range(lst.count())) == sorted(t for t, _ in before.values())
+    light = Theme(False)
+    coloured_kinds, stopped = set(), 0
+    for i in range(lst.count()):
+        lst.itemClicked.emit(lst.item(i))
+        title, rows = before[win.chat_id]
+        bubbles = win.chat_view.messages
+        assert [(b.role, b.text) for b in bubbles] == [(role, content) for role, content, _, _ in rows], title
+        for b, (role, content, tokens, stats) in zip(bubbles, rows):
+            assert b.prev_button.isHidden() and b.version_label.isHidden()
+            if role != "assistant":
+                continue
+            assert [t.kind for t in b.tokens] == [t[2] for t in json.loads(tokens)]
+            doc, plain = b.view.document(), b.view.document().toPlainText()
+            checked = 0
+            for p, idx in enumerate(b.view.position_tokens):
+                if idx < 0 or p >= len(plain) or plain[p] in "\u2029\n":
+                    continue
+                cur = QTextCursor(doc)
+                cur.setPosition(p + 1)
+                kind = b.tokens[idx].kind
+                assert cur.charFormat().background().color().rgb() == light.kind_bg(kind).rgb(), (title, p, kind)
+                coloured_kinds.add(kind)
+                checked += 1
+            assert checked >= len(content.strip()) // 2  # most of the text is coloured, not a few characters
+            if json.loads(stats).get("stop_reason") == "cancelled":
+                assert "stopped" in b.meta_label.text()
+                stopped += 1
+    assert coloured_kinds == {"accepted", "corrected", "bonus", "standard"} and stopped == 1
+
+
 # -- 2. find and name ------------------------------------------------------------------------------
 def test_search_finds_every_branch_and_jumps_to_the_message(qtbot, make_window):
     win = make_window(max_new=4)
@@ -295,6 +346,18 @@ def test_files_dropped_anywhere_on_the_window_are_attached(qtbot, make_window, t
         assert drop_on(win, widget, [code]), where
         assert len(win.attachment_bar.items) == before + 1 and win.attachment_bar.items[-1].name == "hat.py", where
     assert win.system_prompt.toPlainText() == "" and win.composer.toPlainText() == ""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs a file every read of which fails (Linux)")
+def test_an_unreadable_file_gets_a_dialog_not_a_traceback(qtbot, make_window, tmp_path):
+    """A file that exists but cannot be read (an I/O error on every read, whoever runs the test:
+    permissions do not stop root), and one that went away between the pick and the read."""
+    win = make_window(load=False)
+    win.attach_files(["/proc/self/mem", str(tmp_path / "gone.txt")])
+    box = win.last_error_dialog
+    assert box.isVisible() and box.windowTitle() == "Not attached"
+    assert "“mem” cannot be read: Input/output error" in box.text() and "“gone.txt” is not there any more" in box.text()
+    assert not win.attachment_bar.items
 
 
 # -- 4. the context meter --------------------------------------------------------------------------
