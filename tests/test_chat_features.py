@@ -464,6 +464,41 @@ def test_a_streaming_answer_is_on_disk_at_most_32_tokens_behind(qtbot, make_wind
     db.close()
 
 
+def test_a_slow_answer_is_on_disk_at_most_a_second_behind(qtbot, make_window, tmp_path):
+    """Fewer than 32 tokens, one every 0.15 s: the time rule alone saves them, so what was on
+    screen a second ago (and a little, for the event loop) is on disk while the answer streams."""
+    import json
+    import time
+
+    from PySide6.QtCore import QTimer
+
+    from app.main_window import SAVE_SECONDS, SAVE_TOKENS
+
+    win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.15)), max_new=20)
+    win.side_panel.set_mode("standard")  # one token a step: one batch every 0.15 s
+    assert 20 < SAVE_TOKENS
+    db = sqlite3.connect(tmp_path / "data" / "chats.sqlite3")
+    samples = []  # (seconds, tokens shown, tokens on disk)
+
+    def sample():
+        if win.active is None:
+            return
+        row = db.execute("SELECT tokens FROM messages WHERE role = 'assistant' ORDER BY id DESC").fetchone()
+        samples.append((time.monotonic(), len(win.active.events), len(json.loads(row[0])) if row and row[0] else 0))
+
+    timer = QTimer()
+    timer.timeout.connect(sample)
+    timer.start(50)
+    send_and_wait(qtbot, win, "is the cat on the mat")
+    timer.stop()
+    db.close()
+    assert samples and samples[-1][0] - samples[0][0] > 2.0  # the answer took a while: the rule was needed
+    for t, _shown, on_disk in samples:
+        shown_before = max((n for s, n, _ in samples if s <= t - SAVE_SECONDS - 0.5), default=0)
+        assert on_disk >= shown_before, (t - samples[0][0], on_disk, shown_before)
+    assert any(on_disk for _t, _shown, on_disk in samples)  # saved while it streamed
+
+
 def test_a_full_disk_while_saving_gets_a_dialog_and_saving_resumes(qtbot, make_window, tmp_path):
     """SQLite reports the disk full (its page limit reached): one dialog, the chat stays in the
     window and goes on, and once there is room every message reaches the disk."""
