@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from . import pyside_guard
 from .attachments import AttachmentError, attachment_block, from_paste, limits_text, prompt_content, read_file
 from .chat_list import ChatList
 from .chat_view import ChatView, Legend, MessageWidget, ViewToken
@@ -95,6 +96,7 @@ class MainWindow(QMainWindow):
     def __init__(self, data_dir: Path | str | None = None, theme: Theme | None = None,
                  load_request: LoadRequest | None = None, theme_mode: str | None = None):
         super().__init__()
+        pyside_guard.install()  # before the first render: PySide6 6.12.0 on Python 3.11 (see there)
         self.theme = theme or Theme(False)
         self.history_error: str | None = None
         try:
