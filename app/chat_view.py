@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import markdown as md
 from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -430,7 +430,9 @@ class MessageWidget(QFrame):
         if self.error:
             cur = QTextCursor(doc)
             cur.movePosition(QTextCursor.MoveOperation.End)
-            cur.insertHtml(f"<p style='color:#c0392b'>⚠ {html.escape(self.error)}</p>")
+            if body.strip():  # a line of its own: HTML inserted at a paragraph's end joins it
+                cur.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            cur.insertHtml(f"<span style='color:#c0392b'>⚠ {html.escape(self.error)}</span>")
         if self.streaming:
             cur = QTextCursor(doc)
             cur.movePosition(QTextCursor.MoveOperation.End)

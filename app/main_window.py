@@ -628,8 +628,13 @@ class MainWindow(QMainWindow):
         last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.stats), None)
         self.side_panel.reset_metrics("")
         if last is not None:
-            self.side_panel.show_stats(last.stats, (last.stats.get("settings") or {}).get("draft_tokens"))
-            self.side_panel.show_server_figures(last.stats)
+            # an answer the app could not finish kept its running figures: it says so, not "generating…"
+            stats = dict(last.stats, stop_reason="cut") if last.cut else last.stats
+            series = stats.get("series")  # its own curve (absent in answers saved before it was kept)
+            self.side_panel.show_stats(stats, (stats.get("settings") or {}).get("draft_tokens"), series or [])
+            if not series:
+                self.side_panel.chart.set_points([], "no curve kept for this answer")
+            self.side_panel.show_server_figures(stats)
 
     def export_markdown(self, path: Path | str, chat_id: int | None = None) -> Path:
         path = Path(path)
@@ -875,6 +880,8 @@ class MainWindow(QMainWindow):
         if settings.speculative:
             out.setdefault("proposer", settings.proposer)
         out["settings"] = settings.to_dict()
+        # the decode rate's curve, kept with the answer: switching versions shows each one's own
+        out["series"] = [[round(t, 3), round(v, 2)] for t, v in a.series]
         return out
 
     def _save_streaming(self, force: bool) -> None:

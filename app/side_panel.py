@@ -64,12 +64,14 @@ class SpeedChart(QWidget):
         super().__init__(parent)
         self.theme = theme
         self.points: list[tuple[float, float]] = []
+        self.empty_text = f"{figures.DECODE_RATE} appear here"  # said while there is no curve
         self.setMinimumHeight(90)
         self.setToolTip(f"{figures.DECODE_RATE} over the current message, as the engine reported it "
                         "after each batch of steps")
 
-    def set_points(self, points: list[tuple[float, float]]) -> None:
-        self.points = list(points)
+    def set_points(self, points: list[tuple[float, float]], empty_text: str | None = None) -> None:
+        self.points = [tuple(p) for p in points]
+        self.empty_text = empty_text or f"{figures.DECODE_RATE} appear here"
         self.update()
 
     def paintEvent(self, _e):
@@ -85,7 +87,7 @@ class SpeedChart(QWidget):
         p.setFont(font)
         if len(self.points) < 2:
             p.setPen(muted)
-            p.drawText(r, Qt.AlignmentFlag.AlignCenter, f"{figures.DECODE_RATE} appear here")
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, self.empty_text)
             return
         t0 = self.points[0][0]
         t1 = max(self.points[-1][0], t0 + 1e-6)
@@ -405,7 +407,7 @@ class SidePanel(QScrollArea):
         if figures.speculative(stats) and stats.get("proposer"):
             bits.append(f"proposer {stats['proposer']}")
         reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped",
-                  "error": "cut off"}.get(
+                  "error": "cut off", "cut": "cut off: the app ended while it was written"}.get(
             stats.get("stop_reason", ""), stats.get("stop_reason", ""))
         bits.append(reason or "generating…")
         self.summary.setText(" · ".join(bits))

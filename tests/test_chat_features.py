@@ -105,16 +105,20 @@ def test_editing_a_sent_message_makes_a_branch_and_keeps_the_old_one(qtbot, make
 
 def test_regenerate_keeps_each_version_with_its_own_colours_and_figures(qtbot, make_window):
     """A standard and a speculative answer to one question, side by side in place."""
-    win = make_window(max_new=10)
+    # a little slow: each answer's curve of the decode rate has a few points
+    win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=10)
     win.side_panel.adaptive.setChecked(False)  # a fixed k: the tiny draft's proposals are kept, some
     win.side_panel.k_spin.setValue(3)
     win.side_panel.set_mode("standard")
     send_and_wait(qtbot, win, "is the cat on the mat")
     standard = win.messages[-1]
+    curves = [[(round(t, 3), round(v, 2)) for t, v in win.side_panel.chart.points]]
     win.side_panel.set_mode("speculative")
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         win.regenerate()
     spec = win.messages[-1]
+    curves.append([(round(t, 3), round(v, 2)) for t, v in win.side_panel.chart.points])
+    assert all(len(c) >= 2 for c in curves) and curves[0] != curves[1]
     assert spec is not standard and spec.parent is standard.parent
     assert {t.kind for t in standard.tokens} == {"standard"} and "accepted" in {t.kind for t in spec.tokens}
     w = win.chat_view.messages[-1]
@@ -127,8 +131,10 @@ def test_regenerate_keeps_each_version_with_its_own_colours_and_figures(qtbot, m
     assert w.meta_label.text().startswith("standard")
     assert win.side_panel.m_alpha.value.text() == "—"  # a standard answer has no α
     assert win.side_panel.m_speed.value.text() == figures.rate(standard.stats["decode_tokens_per_second"])
+    assert win.side_panel.chart.points == curves[0]  # its own curve, as it was drawn live
     win.switch_last_answer(1)  # Alt+Right
     assert win.messages[-1] is spec and win.side_panel.m_alpha.value.text() == figures.alpha(spec.stats)
+    assert win.side_panel.chart.points == curves[1]
     h = History(win.history.data_dir)
     kept = [m for m in h.all_messages(win.chat_id) if m.role == "assistant"]
     assert [m.stats["mode"] for m in kept] == ["standard", "speculative"]

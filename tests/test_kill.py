@@ -81,3 +81,9 @@ def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window,
     kind = bubble.tokens[bubble.view.position_tokens[idx]].kind
     assert cur.charFormat().background().color().rgb() == Theme(False).kind_bg(kind).rgb()
     assert win.messages[-1].cut and win.conversation.version(win.messages[-1]) == (1, 1)
+    assert bubble.view.document().lastBlock().text() == "⚠ " + CUT_NOTE  # a line of its own, under the part
+    # the side panel shows the figures saved with the part, as a cut answer's, not as one still being written
+    summary = win.side_panel.summary.text()
+    assert summary.endswith("cut off: the app ended while it was written") and "generating" not in summary
+    assert len(win.side_panel.chart.points) >= 2 and win.side_panel.chart.points == [
+        tuple(p) for p in answer.stats["series"]]
