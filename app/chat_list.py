@@ -36,13 +36,18 @@ def hit_html(hit: SearchHit) -> str:
     """A result: the chat's title, then who said what (the matched words in bold)."""
     a, b = HIGHLIGHT
 
+    def breakable(text: str) -> str:
+        # a zero-width space after _ . / ( lets a long identifier wrap there: a label cannot break
+        # inside a word, and reverse_words_with_punctuation( ran past the list's edge, clipped
+        return html.escape("".join(c + "\u200b" if c in "_./(" else c for c in " ".join(text.split())))
+
     def marked(text: str) -> str:
-        return html.escape(" ".join(text.split())).replace(a, "<b>").replace(b, "</b>")
+        return breakable(text).replace(a, "<b>").replace(b, "</b>")
 
     if hit.message_id is None:
         return f"<b>{marked(hit.snippet)}</b><br><span style='color:gray'>chat title</span>"
     who = {"user": "You", "assistant": "Assistant"}.get(hit.role, hit.role)
-    return f"{html.escape(hit.title or '(untitled)')}<br><span style='color:gray'>{who}:</span> {marked(hit.snippet)}"
+    return f"{breakable(hit.title or '(untitled)')}<br><span style='color:gray'>{who}:</span> {marked(hit.snippet)}"
 
 
 class EscapeClearsSearch(QObject):

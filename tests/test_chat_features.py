@@ -231,6 +231,25 @@ def test_search_finds_every_branch_and_jumps_to_the_message(qtbot, make_window):
     assert win.chat_list.search.text() == "" and not win.chat_list.chats.isHidden()
 
 
+def test_a_search_result_with_a_long_identifier_wraps_inside_the_list(qtbot):
+    """A snippet of code (one long word to a label) wraps at its underscores and dots instead of
+    running past the list's edge, where it was clipped."""
+    from app.chat_list import ChatList
+    from app.history import HIGHLIGHT, SearchHit
+
+    a, b = HIGHLIGHT
+    pane = ChatList()
+    qtbot.addWidget(pane)
+    pane.resize(192, 600)
+    pane.show()
+    qtbot.waitExposed(pane)
+    pane.show_results("reverses", [SearchHit(1, "parse_price_of_each_line_of_the_receipt", 5, "assistant",
+                                             f"def reverse_words_with_punctuation(sentence): {a}Reverses{b} the words")])
+    label = pane.results.itemWidget(pane.results.item(0))
+    assert label.minimumSizeHint().width() <= label.width() < pane.width()
+    assert "<b>Reverses</b>" in label.text()
+
+
 def test_rename_and_pin_chats(qtbot, make_window):
     win = make_window(max_new=3)
     send_and_wait(qtbot, win, "the cat")
