@@ -11,8 +11,8 @@ writes, into OUT_DIR:
   chat-attachment.png  an answer about an attached file (lookup copies from it: dotted underlines;
                        the side panel's steps per source)
   chat-dark.png        the same chat in the dark theme
-  chat-killed.png      an answer whose app was killed with SIGKILL 10 s into it, reopened: the
-                       part that streamed is there, coloured, marked as cut
+  chat-killed.png      an answer whose app was killed with SIGKILL 10 s into it (and 80 tokens at
+                       least), reopened: the part that streamed is there, coloured, marked as cut
 
 Without --target it runs on the tiny test models (seconds; for trying the script). Each picture
 is the window as the window manager shows it, at the size the app picks for the screen.
@@ -163,6 +163,7 @@ def branches_search_attachment_dark(args, out: Path) -> None:
     win.composer.setPlainText("Add type hints and a one-line docstring to both functions. Reply with the whole file.")
     d.settle(0.5)
     d.answer(win.send)
+    win.chat_view.verticalScrollBar().setValue(0)  # the question with its file's chip, then the answer
     d.shot(out / "chat-attachment.png")
     win.set_theme_mode("dark")
     d.shot(out / "chat-dark.png")
@@ -184,8 +185,11 @@ def killed(args, out: Path) -> None:
     for line in proc.stdout:
         if line.startswith("shown ") and int(line.split()[1]) > 0 and first is None:
             first = time.monotonic()
-        if first is not None and time.monotonic() - first >= args.kill_after:
-            print(f"killing the app {args.kill_after:.0f} s into its answer ({line.strip()} tokens)", flush=True)
+        shown = int(line.split()[1]) if line.startswith("shown ") else 0
+        # the kill comes mid-answer on any machine: some seconds in, and a part worth looking at
+        if first is not None and time.monotonic() - first >= args.kill_after and shown >= args.kill_tokens:
+            print(f"killing the app {time.monotonic() - first:.0f} s into its answer ({line.strip()} tokens)",
+                  flush=True)
             os.kill(proc.pid, signal.SIGKILL)
             break
     proc.wait(60)
@@ -220,6 +224,7 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--kill-after", type=float, default=10.0, help="seconds into the answer the app is killed")
+    ap.add_argument("--kill-tokens", type=int, default=80, help="...and not before it has shown this many tokens")
     ap.add_argument("--only", choices=("features", "killed"), default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
