@@ -4,18 +4,29 @@ How colours and markdown live together: the message's text is rendered as markdo
 `markdown` -> HTML -> QTextDocument); then the raw text, whose every character belongs to one
 token, is aligned with the rendered document's characters (markdown syntax such as `**` or the
 code fences is skipped) and each run of characters gets its token's background. Hovering a
-character looks its token up in the same alignment and shows kind, step and draft position.
+character looks its token up in the same alignment and shows kind, the source that proposed its
+step (lookup or the draft model), step and draft position. An accepted token that lookup copied
+from the conversation also gets a dotted underline in its kind's colour: the background stays the
+kind, the one primary signal.
+
+While an answer streams its text is incomplete markdown; an open code fence is closed for the
+rendering (`close_open_fence`), so a half-written code block already looks like code instead of
+its `# comment` lines turning into headings until the fence closes.
+
+A bubble is one message of the branch shown (its `message`): a user bubble can be edited (a new
+branch) and shows its attachments; a message with several versions shows ‹ n/m › to switch.
 """
 
 from __future__ import annotations
 
 import html
+import re
 import time
 from dataclasses import dataclass
 
 import markdown as md
 from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -30,7 +41,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from .theme import KIND_HINTS, Theme
+from .composer import Chip
+from .theme import KIND_HINTS, LOOKUP_MARK, SOURCE_WORDS, Theme
 
 LOOKAHEAD = 12  # raw characters skipped at most to find a rendered character (markdown syntax)
 CONTEXT_LOOKAHEAD = 40  # ... when the next few rendered characters match too (a fence with its language)
@@ -46,15 +58,45 @@ class ViewToken:
     kind: str
     step: int
     draft_position: int | None
+    source: str | None = None  # what proposed the token's step: "lookup" | "draft" | ""; None: not recorded
 
     @classmethod
     def from_event(cls, ev) -> ViewToken:
         kind = getattr(ev.kind, "value", ev.kind)
-        return cls(ev.token_id, ev.text, kind, ev.step, ev.draft_position)
+        return cls(ev.token_id, ev.text, kind, ev.step, ev.draft_position, getattr(ev, "source", None))
+
+    @property
+    def copied(self) -> bool:
+        """A token lookup proposed (copied from the conversation) and the target kept."""
+        return self.kind == "accepted" and self.source == "lookup"
 
 
 def markdown_to_html(text: str) -> str:
     return md.markdown(text, extensions=["fenced_code", "tables", "sane_lists", "nl2br"], output_format="html")
+
+
+# a fence line as python-markdown's fenced_code reads it: at the line's start, three or more
+# backticks or tildes, then the language or attributes
+_FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
+
+
+def close_open_fence(text: str) -> str:
+    """`text` with a closing fence added when a code block is still open (an answer streaming, or
+    one cut off), so the block renders as code. A block closes with exactly its opening fence."""
+    open_fence = None
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if m is None:
+            continue
+        fence, rest = m.group(1), m.group(2)
+        if open_fence is None:
+            if not (fence[0] == "`" and "`" in rest):  # ```x``` on one line is inline code, not a block
+                open_fence = fence
+        elif fence == open_fence and not rest.strip():
+            open_fence = None
+    if open_fence is None:
+        return text
+    return text + ("" if text.endswith("\n") else "\n") + open_fence
 
 
 def align(raw: str, owners: list[int], doc_chars: list[str]) -> list[int]:
@@ -157,19 +199,33 @@ class TokenText(QTextBrowser):
         return super().viewportEvent(e)
 
 
+def source_line(tok: ViewToken) -> str:
+    """Which source proposed the token's step, in words ("" for a plain step or an old message)."""
+    words = SOURCE_WORDS.get(tok.source or "")
+    if not words:
+        return ""
+    return f"proposed by {words}" if tok.kind == "accepted" else f"in a step proposed by {words}"
+
+
 def token_tooltip(tok: ViewToken) -> str:
     pos = "—" if tok.draft_position is None else str(tok.draft_position)
     shown = tok.text.replace("\n", "⏎").replace(" ", "·") or "(part of a character)"
     hint = KIND_HINTS.get(tok.kind, "")
+    source = source_line(tok)
     return (
-        f"<b>{tok.kind}</b>" + (f": {html.escape(hint, quote=False)}" if hint else "") + "<br>"
-        f"step {tok.step} · draft position {pos}<br>"
+        f"<b>{tok.kind}</b>" + (f" · {html.escape(source)}" if source else "") + "<br>"
+        + (f"{html.escape(hint, quote=False)}<br>" if hint else "")
+        + f"step {tok.step} · draft position {pos}<br>"
         f"token {tok.token_id}: <code>{html.escape(shown)}</code>"
     )
 
 
 class MessageWidget(QFrame):
-    """One bubble: role, meta line (speed, α…), copy button, the rendered text."""
+    """One bubble: role, meta line (speed, α…), ‹ n/m › between versions, Edit (yours), Copy,
+    the attachments (yours), the rendered text."""
+
+    edit_requested = Signal()
+    version_requested = Signal(int)  # -1 previous version, +1 next
 
     def __init__(self, role: str, theme: Theme, colours: bool = True, parent=None):
         super().__init__(parent)
@@ -181,6 +237,7 @@ class MessageWidget(QFrame):
         self.streaming = False
         self.error: str | None = None
         self.empty_hint: str | None = None  # shown instead of "(no text…)" before any tokens came
+        self.message = None  # the history.Message this bubble shows (the chat's; None in the race view)
         self.setObjectName("Bubble")
         self.setProperty("role", role)
         outer = QVBoxLayout(self)
@@ -192,21 +249,100 @@ class MessageWidget(QFrame):
         self.role_label.setObjectName("BubbleRole")
         self.meta_label = QLabel("")
         self.meta_label.setObjectName("BubbleMeta")
-        self.copy_button = QToolButton()
-        self.copy_button.setObjectName("CopyButton")
-        self.copy_button.setText("Copy")
-        self.copy_button.setToolTip("Copy this message (Markdown) to the clipboard")
+        self.meta_label.setWordWrap(True)  # a long line of figures wraps rather than widen the bubble past the view
+        self.left_out_label = QLabel("left out of the prompt")
+        self.left_out_label.setObjectName("LeftOut")
+        self.left_out_label.setToolTip("The chat is longer than the target's context: this message is not sent to the "
+                                       "model. It stays in the chat and its history.")
+        self.left_out_label.setVisible(False)
+        self.prev_button = self._tool("‹", "the previous version of this message")
+        self.prev_button.clicked.connect(lambda: self.version_requested.emit(-1))
+        self.version_label = QLabel("")
+        self.version_label.setObjectName("BubbleMeta")
+        self.next_button = self._tool("›", "the next version of this message")
+        self.next_button.clicked.connect(lambda: self.version_requested.emit(1))
+        self.edit_button = self._tool("Edit", "Edit this message and send it again as a new branch "
+                                              "(Up in an empty input box edits your last one)")
+        self.edit_button.clicked.connect(self.edit_requested)
+        self.edit_button.setVisible(role == "user")
+        self.copy_button = self._tool("Copy", "Copy this message (Markdown) to the clipboard")
         self.copy_button.clicked.connect(self.copy)
         head.addWidget(self.role_label)
         head.addWidget(self.meta_label, 1)
-        head.addWidget(self.copy_button)
+        head.addWidget(self.left_out_label)
+        for w in (self.prev_button, self.version_label, self.next_button, self.edit_button, self.copy_button):
+            head.addWidget(w)
+        self.set_version(1, 1)
         outer.addLayout(head)
+        chips = QWidget()  # the attachments of a user message, clipped rather than widen the bubble
+        chips.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.chips = QHBoxLayout(chips)
+        self.chips.setContentsMargins(0, 0, 0, 0)
+        self.chips.setSpacing(6)
+        self.chips.addStretch(1)
+        chips.setVisible(False)
+        self.chips_row = chips
+        outer.addWidget(chips)
         self.view = TokenText(self)
         outer.addWidget(self.view)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(RENDER_INTERVAL_MS)
         self._timer.timeout.connect(self.render)
+
+    @staticmethod
+    def _tool(text: str, tip: str) -> QToolButton:
+        b = QToolButton()
+        b.setObjectName("CopyButton")
+        b.setText(text)
+        b.setToolTip(tip)
+        return b
+
+    def set_version(self, index: int, count: int) -> None:
+        """‹ index/count ›: shown when the message has other versions (an edit, a regeneration)."""
+        many = count > 1
+        for w in (self.prev_button, self.version_label, self.next_button):
+            w.setVisible(many)
+        self.version_label.setText(f"{index}/{count}")
+        self.version_label.setToolTip(f"version {index} of {count} of this message; the others stay in the chat")
+        self.prev_button.setEnabled(index > 1)
+        self.next_button.setEnabled(index < count)
+
+    def set_attachments(self, attachments: list) -> None:
+        while self.chips.count() > 1:
+            item = self.chips.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        for a in attachments:
+            self.chips.insertWidget(self.chips.count() - 1, Chip(a, removable=False))
+        self.chips_row.setVisible(bool(attachments))
+
+    def set_left_out(self, on: bool) -> None:
+        self.left_out_label.setVisible(on)
+        self.setProperty("leftOut", on)
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    def flash(self, ms: int = 2500) -> None:
+        """Mark the bubble for a moment (a search result was opened here)."""
+        self.setProperty("found", True)
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+        def off():
+            self.setProperty("found", False)
+            self.style().unpolish(self)
+            self.style().polish(self)
+
+        QTimer.singleShot(ms, self, off)
+
+    def select_text(self, words: str) -> bool:
+        """Select the first of `words` in the text (a search result's match); False when absent."""
+        for w in words.split():
+            self.view.moveCursor(QTextCursor.MoveOperation.Start)
+            if self.view.find(w):
+                return True
+        return False
 
     # -- content --------------------------------------------------------------------------
     def set_text(self, text: str) -> None:
@@ -287,14 +423,16 @@ class MessageWidget(QFrame):
                         f"at once{'' if not self.tokens else f' after {len(self.tokens)} token(s)'})</i></p>")
             self.view.position_tokens = []
             return
-        doc.setHtml(markdown_to_html(body))
+        doc.setHtml(markdown_to_html(close_open_fence(body)))
         self.view.position_tokens = []
         if self.tokens:
             self._colour(doc)
         if self.error:
             cur = QTextCursor(doc)
             cur.movePosition(QTextCursor.MoveOperation.End)
-            cur.insertHtml(f"<p style='color:#c0392b'>⚠ {html.escape(self.error)}</p>")
+            if body.strip():  # a line of its own: HTML inserted at a paragraph's end joins it
+                cur.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            cur.insertHtml(f"<span style='color:#c0392b'>⚠ {html.escape(self.error)}</span>")
         if self.streaming:
             cur = QTextCursor(doc)
             cur.movePosition(QTextCursor.MoveOperation.End)
@@ -316,7 +454,8 @@ class MessageWidget(QFrame):
         # alternate two shades per kind so neighbouring tokens of one kind stay distinguishable
         from .theme import KINDS
 
-        formats = {(k, odd): self._fmt(k, odd) for k in KINDS for odd in (0, 1)}
+        formats = {(k, odd, copied): self._fmt(k, odd, copied) for k in KINDS for odd in (0, 1)
+                   for copied in (False, True)}
         start = 0
         for p in range(1, count + 1):
             if p == count or pos_tokens[p] != pos_tokens[start] or chars[p] in "\u2029\ufdd0\ufdd1":
@@ -324,20 +463,27 @@ class MessageWidget(QFrame):
                 if idx >= 0 and chars[start] not in "\u2029\ufdd0\ufdd1":
                     cur.setPosition(start)
                     cur.setPosition(p, QTextCursor.MoveMode.KeepAnchor)
-                    cur.mergeCharFormat(formats[(self.tokens[idx].kind, idx % 2)])
+                    tok = self.tokens[idx]
+                    cur.mergeCharFormat(formats[(tok.kind, idx % 2, tok.copied)])
                 start = p
 
-    def _fmt(self, kind: str, odd: int = 0) -> QTextCharFormat:
+    def _fmt(self, kind: str, odd: int = 0, copied: bool = False) -> QTextCharFormat:
         f = QTextCharFormat()
         c = self.theme.kind_bg(kind)
         if odd:
             c.setAlpha(min(255, int(c.alpha() * 1.6)))
         f.setBackground(c)
+        if copied:  # lookup's: a dotted underline in the kind's own colour, the background unchanged
+            f.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
+            f.setUnderlineColor(self.theme.kind_fg(kind))
         return f
 
 
 class ChatView(QScrollArea):
     """Scrollable column of MessageWidgets, with an empty-state hint."""
+
+    edit_requested = Signal(object)  # the MessageWidget whose message to edit
+    version_requested = Signal(object, int)  # the MessageWidget, -1 / +1
 
     def __init__(self, theme: Theme, parent=None):
         super().__init__(parent)
@@ -370,6 +516,8 @@ class ChatView(QScrollArea):
 
     def add_message(self, role: str) -> MessageWidget:
         w = MessageWidget(role, self.theme, self.colours)
+        w.edit_requested.connect(lambda w=w: self.edit_requested.emit(w))
+        w.version_requested.connect(lambda step, w=w: self.version_requested.emit(w, step))
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         if role == "user":
@@ -391,12 +539,29 @@ class ChatView(QScrollArea):
         if self.messages:
             w = self.messages.pop()
             self.column.removeWidget(w.holder)
+            w.holder.hide()  # gone from the screen now, not when the event loop next deletes it
             w.holder.deleteLater()
         self.hint.setVisible(bool(self.hint.text()) and not self.messages)
 
     def clear(self) -> None:
         while self.messages:
             self.remove_last()
+
+    def truncate(self, n: int) -> None:
+        """Keep the first `n` bubbles."""
+        while len(self.messages) > n:
+            self.remove_last()
+
+    def scroll_to(self, w: MessageWidget) -> None:
+        self._stick = False
+        self.canvas.layout().activate()
+        self.ensureWidgetVisible(w.holder, 0, 40)
+        # a tall bubble: its top, not its bottom
+        self.verticalScrollBar().setValue(min(w.holder.y() - 20, self.verticalScrollBar().maximum()))
+
+    def retheme(self) -> None:
+        for m in self.messages:
+            m.render()
 
     def set_colours(self, on: bool) -> None:
         self.colours = on
@@ -412,7 +577,8 @@ class ChatView(QScrollArea):
 
 
 class Legend(QWidget):
-    """Colour swatches for the four kinds, and the switch that turns colouring off."""
+    """Colour swatches for the kinds, the mark of lookup's tokens, and the switch that turns
+    colouring off."""
 
     toggled = Signal(bool)
 
@@ -431,20 +597,33 @@ class Legend(QWidget):
             sw = QLabel(kind)
             self.swatches[kind] = sw
             sw.setVisible(kind != "server")  # shown while a server target that tells no kinds is loaded
-            c = theme.kind_bg(kind)
-            fg = theme.kind_fg(kind)
-            sw.setStyleSheet(
-                f"QLabel {{ background: rgba({c.red()},{c.green()},{c.blue()},{c.alpha()}); "
-                f"border-left: 3px solid {fg.name()}; border-radius: 3px; padding: 1px 6px; }}"
-            )
             sw.setToolTip(KIND_LABELS[kind])
             lay.addWidget(sw)
+        self.lookup = QLabel("copied")
+        self.lookup.setToolTip(LOOKUP_MARK)
+        lay.addWidget(self.lookup)
         lay.addStretch(1)
         self.checkbox = QCheckBox("Colour tokens")
         self.checkbox.setChecked(True)
         self.checkbox.setToolTip("Switch colouring off for plain reading (Ctrl+T)")
         self.checkbox.toggled.connect(self.toggled)
         lay.addWidget(self.checkbox)
+        self.retheme()
+
+    def retheme(self) -> None:
+        for kind, sw in self.swatches.items():
+            sw.setStyleSheet(self._swatch(kind))
+        # lookup's mark on an accepted token: the kind's colour, and a dotted line under it
+        fg = self.theme.kind_fg("accepted").name()
+        self.lookup.setStyleSheet(self._swatch("accepted", edge=False)[:-1]
+                                  + f" border-bottom: 2px dotted {fg}; border-radius: 0px; }}")
+
+    def _swatch(self, kind: str, edge: bool = True) -> str:
+        c = self.theme.kind_bg(kind)
+        fg = self.theme.kind_fg(kind)
+        left = f"border-left: 3px solid {fg.name()}; " if edge else ""
+        return (f"QLabel {{ background: rgba({c.red()},{c.green()},{c.blue()},{c.alpha()}); "
+                f"{left}border-radius: 3px; padding: 1px 6px; }}")
 
     def show_server_kind(self, shown: bool) -> None:
         """The `server` swatch: shown while the target is a server that reports no kind per token."""

@@ -14,6 +14,10 @@ DECODE_RATE_TIP = "decoding speed after the first token: (tokens − 1) / (time 
 END_TO_END_RATE_TIP = "all new tokens / the whole generation time, the prompt's prefill included"
 ALPHA_TIP = "acceptance rate α: accepted / proposed draft tokens, over the steps that proposed something"
 TAU_TIP = "τ: tokens emitted per speculative step (a step that verified at least one proposed token)"
+SOURCES_TIP = ("which source proposed each speculative step: lookup copies a continuation from the conversation, "
+               "the draft model predicts one; per source, its steps and the proposed tokens the target kept "
+               "(the engine's own counts)")
+SOURCE_NAMES = {"lookup": "lookup", "draft": "draft model"}
 PLAIN_TIP = ("share of steps that proposed nothing (the prefill, plain steps the adaptive controller "
              "chose, no prompt-lookup match, the last step of the budget); their tokens are 'standard'")
 
@@ -46,6 +50,25 @@ def draft_length(stats: dict) -> str:
     return "0 (plain)" if k == 0 else str(k)
 
 
+def sources(stats: dict) -> list[str]:
+    """One line per source that proposed a step ("lookup: 12 steps · 30 of 45 kept (67%)"), from
+    the Stats' steps_by_source / proposed_by_source / accepted_by_source; lookup first."""
+    if not speculative(stats):
+        return []
+    steps = stats.get("steps_by_source") or {}
+    proposed = stats.get("proposed_by_source") or {}
+    accepted = stats.get("accepted_by_source") or {}
+    order = [s for s in SOURCE_NAMES if s in steps] + sorted(s for s in steps if s not in SOURCE_NAMES)
+    lines = []
+    for src in order:
+        n, p, a = steps.get(src, 0), proposed.get(src, 0), accepted.get(src, 0)
+        if not n:
+            continue
+        kept = f"{a} of {p} kept" + (f" ({a / p:.0%})" if p else "")
+        lines.append(f"{SOURCE_NAMES.get(src, src)}: {n} step{'' if n == 1 else 's'} · {kept}")
+    return lines
+
+
 def meta_line(stats: dict) -> str:
     """A message's header (and its line in a Markdown export): mode, both rates labelled, α, τ
     and the plain-step share of a speculative answer, "stopped" when it was."""
@@ -64,6 +87,6 @@ def meta_line(stats: dict) -> str:
             bits += [f"τ {tau(stats)}", f"plain steps {share(stats['plain_step_share'])}"]
     if stats.get("stop_reason") == "cancelled":
         bits.append("stopped")
-    elif stats.get("stop_reason") == "error":  # a server's stream broke off: the part is kept
+    elif stats.get("stop_reason") in ("error", "cut"):  # a stream that broke off, an app that ended: the part is kept
         bits.append("cut off")
     return " · ".join(b for b in bits if b)

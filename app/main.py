@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="none | nf4 | int8: a safetensors target through bitsandbytes (default: nf4 on CUDA, "
                         "none on CPU, where nf4/int8 run too, slowly)")
     p.add_argument("--data-dir", default=None, metavar="DIR", help="where chats are stored (default: user data folder)")
-    p.add_argument("--theme", default="auto", choices=("auto", "light", "dark"), help="colour theme (default: auto)")
+    p.add_argument("--theme", default=None, choices=("auto", "light", "dark"),
+                   help="colour theme: auto follows the system (default: what View chose last, else auto)")
     p.add_argument("--self-test", action="store_true", help="open offscreen, generate a few tokens, check, exit 0/1")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
@@ -69,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName("specdec-chat")
     app.setDesktopFileName("specdec-chat")
     app.setWindowIcon(app_icon())
-    theme = apply_theme(app, args.theme)
-    win = MainWindow(args.data_dir, theme, load_request_from_args(args))
+    theme = apply_theme(app, args.theme or "auto")
+    # the window keeps the theme from here: the command line's, else the one View chose last
+    win = MainWindow(args.data_dir, theme, load_request_from_args(args), theme_mode=args.theme or "saved")
     win.show()
     win.start_loading()
     rc = app.exec()

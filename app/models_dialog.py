@@ -332,6 +332,8 @@ class ModelsDialog(QDialog):
                       "recent": "recent"}.get(m["origin"], m["origin"])
             if m["origin"] == "embedded":
                 origin += f" {m['role']}"
+            if m.get("where"):  # another model here has the same name: its folder tells them apart
+                origin += f" · {m['where']}"
             need_text, need_tip = self._need_cell(m.get("need")) if spec else ("", "")
             params = f" · {m['params'] / 1e9:.2f} B parameters" if m.get("params") else ""
             item = QTreeWidgetItem([f"{m['name']}  ({origin})", m["format"], m["quantization"],
@@ -417,7 +419,8 @@ class ModelsDialog(QDialog):
             if not spec or (m.get("path") or m["spec"]) == same:
                 continue  # not loadable as a draft, or the target itself
             key = "model:default:draft" if spec == "default" else f"model:{spec}"
-            cands[key] = {"spec": spec, "role": "draft", "name": m["name"], "bytes": m["bytes"],
+            cands[key] = {"spec": spec, "role": "draft", "bytes": m["bytes"],
+                          "name": m["name"] + (f" ({m['where']})" if m.get("where") else ""),
                           "detail": f"{m['format']} {m['quantization']} · {size_text(m['bytes'])}"}
         for c in cands.values():
             c.update(status="checking", reason="")

@@ -74,8 +74,6 @@ class LaneWidget(QFrame):
         self.lane = lane
         self.theme = theme
         self.setObjectName("RaceLane")
-        self.setStyleSheet(f"#RaceLane {{ border: 1px solid {theme.values['border']}; border-radius: 10px; "
-                           f"background: {theme.values['panel']}; }}")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 8, 10, 8)
         lay.setSpacing(4)
@@ -83,7 +81,6 @@ class LaneWidget(QFrame):
         self.title = QLabel()
         self.title.setStyleSheet("font-weight: 600; font-size: 14px;")
         self.badge = QLabel("")
-        self.badge.setStyleSheet(f"color: {theme.values['accent']}; font-weight: 600;")
         head.addWidget(self.title)
         head.addStretch(1)
         head.addWidget(self.badge)
@@ -131,6 +128,14 @@ class LaneWidget(QFrame):
         self.stats: dict = {}  # the engine's Stats of this lane, timed by its own clock
         self.message.empty_hint = EMPTY_LANE_HINT[lane]
         self.reset("Standard decoding" if lane == "standard" else "Speculative decoding", 1)
+        self.retheme()
+
+    def retheme(self) -> None:
+        v = self.theme.values
+        self.setStyleSheet(f"#RaceLane {{ border: 1px solid {v['border']}; border-radius: 10px; "
+                           f"background: {v['panel']}; }}")
+        self.badge.setStyleSheet(f"color: {v['accent']}; font-weight: 600;")
+        self.message.render()
 
     @property
     def tokens(self) -> int:
@@ -249,6 +254,9 @@ class RaceView(QWidget):
         for p in self.presets:
             self.preset_box.addItem(p["name"])
         self.preset_box.currentIndexChanged.connect(self._preset_chosen)
+        # narrower than the longest preset's name, so the row fits a 1366-pixel screen
+        self.preset_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.preset_box.setMinimumContentsLength(14)
         row.addWidget(self.preset_box, 1)
         row.addWidget(QLabel("Proposer"))
         self.proposer_box = proposer_box(lambda kind: kind.label.lower())
@@ -260,6 +268,8 @@ class RaceView(QWidget):
         self.k_box.addItem("adaptive", "adaptive")
         self.k_box.setCurrentIndex(self.k_box.findData(DEFAULT_DRAFT_TOKENS))  # the chat's default
         row.addWidget(self.k_box)
+        lay.addLayout(row)
+        row = QHBoxLayout()  # a second row: both fit a 1366-pixel screen beside the chat list and side panel
         row.addWidget(QLabel("Max tokens"))
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 4096)
@@ -276,6 +286,7 @@ class RaceView(QWidget):
         self.seed = QSpinBox()
         self.seed.setRange(0, 2**31 - 1)
         row.addWidget(self.seed)
+        row.addStretch(1)
         lay.addLayout(row)
 
         prow = QHBoxLayout()
@@ -471,6 +482,15 @@ class RaceView(QWidget):
         done = self.result is not None and not busy
         self.png_button.setEnabled(done)
         self.json_button.setEnabled(done)
+
+    def retheme(self) -> None:
+        """The theme switched: the lanes' frames and text take its colours."""
+        v = self.theme.values
+        self.legend.retheme()
+        self.summary.setStyleSheet(f"QLabel {{ border: 1px solid {v['border']}; border-radius: 8px; "
+                                   f"padding: 8px; background: {v['panel']}; }}")
+        for lane in self.lanes.values():
+            lane.retheme()
 
     def set_colours(self, on: bool) -> None:
         for lane in self.lanes.values():

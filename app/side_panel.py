@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -63,12 +64,14 @@ class SpeedChart(QWidget):
         super().__init__(parent)
         self.theme = theme
         self.points: list[tuple[float, float]] = []
+        self.empty_text = f"{figures.DECODE_RATE} appear here"  # said while there is no curve
         self.setMinimumHeight(90)
         self.setToolTip(f"{figures.DECODE_RATE} over the current message, as the engine reported it "
                         "after each batch of steps")
 
-    def set_points(self, points: list[tuple[float, float]]) -> None:
-        self.points = list(points)
+    def set_points(self, points: list[tuple[float, float]], empty_text: str | None = None) -> None:
+        self.points = [tuple(p) for p in points]
+        self.empty_text = empty_text or f"{figures.DECODE_RATE} appear here"
         self.update()
 
     def paintEvent(self, _e):
@@ -84,7 +87,7 @@ class SpeedChart(QWidget):
         p.setFont(font)
         if len(self.points) < 2:
             p.setPen(muted)
-            p.drawText(r, Qt.AlignmentFlag.AlignCenter, f"{figures.DECODE_RATE} appear here")
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, self.empty_text)
             return
         t0 = self.points[0][0]
         t1 = max(self.points[-1][0], t0 + 1e-6)
@@ -198,14 +201,23 @@ class SidePanel(QScrollArea):
         self.metrics = (self.m_speed, self.m_e2e, self.m_alpha, self.m_tau, self.m_plain, self.m_k)
         for i, m in enumerate(self.metrics):
             grid.addWidget(m, i // 2, i % 2)
+        # which source proposed the steps (lookup, the draft model): the Stats' own per-source counts
+        self.sources = QLabel("")
+        self.sources.setObjectName("Sources")
+        self.sources.setWordWrap(True)
+        self.sources.setToolTip(figures.SOURCES_TIP)
+        # these lines wrap to the panel's width and never widen it past its edge
+        self.sources.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        grid.addWidget(self.sources, 3, 0, 1, 2)
         self.chart = SpeedChart(theme)
-        grid.addWidget(self.chart, 3, 0, 1, 2)
+        grid.addWidget(self.chart, 4, 0, 1, 2)
         self.bars = PositionBars(theme)
-        grid.addWidget(self.bars, 4, 0, 1, 2)
+        grid.addWidget(self.bars, 5, 0, 1, 2)
         self.summary = QLabel("")
         self.summary.setObjectName("Muted")
         self.summary.setWordWrap(True)
-        grid.addWidget(self.summary, 5, 0, 1, 2)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        grid.addWidget(self.summary, 6, 0, 1, 2)
         col.addWidget(live)
 
         # -- decoding ----------------------------------------------------------------
@@ -365,6 +377,8 @@ class SidePanel(QScrollArea):
             m.set("—")
         self.chart.set_points([])
         self.bars.set_values([])
+        self.sources.setText("")
+        self.sources.setVisible(False)
         self.summary.setText("generating…" if mode else "")
 
     def show_stats(self, stats: dict, draft_setting=None, series: list[tuple[float, float]] | None = None) -> None:
@@ -377,6 +391,9 @@ class SidePanel(QScrollArea):
         self.m_plain.set(figures.share(stats.get("plain_step_share")) if stats.get("target_forward_passes") else "—")
         self.m_k.set(figures.draft_length(stats))
         self.m_k.caption.setText("draft length k" + (" (adaptive)" if draft_setting == "adaptive" else ""))
+        lines = figures.sources(stats)
+        self.sources.setText("<span style='color:gray'>proposed by</span><br>" + "<br>".join(lines) if lines else "")
+        self.sources.setVisible(bool(lines))
         self.bars.set_values(stats.get("per_position_acceptance") or [] if figures.speculative(stats) else [])
         if series is not None:
             self.chart.set_points(series)
@@ -390,7 +407,7 @@ class SidePanel(QScrollArea):
         if figures.speculative(stats) and stats.get("proposer"):
             bits.append(f"proposer {stats['proposer']}")
         reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped",
-                  "error": "cut off"}.get(
+                  "error": "cut off", "cut": "cut off: the app ended while it was written"}.get(
             stats.get("stop_reason", ""), stats.get("stop_reason", ""))
         bits.append(reason or "generating…")
         self.summary.setText(" · ".join(bits))
@@ -412,8 +429,11 @@ class SidePanel(QScrollArea):
 
 
 def proposer_box(label=lambda kind: kind.label) -> QComboBox:
-    """A menu of every proposer kind (settings.PROPOSER_KINDS), its data the kind's name."""
+    """A menu of every proposer kind (settings.PROPOSER_KINDS), its data the kind's name. It may
+    be narrower than its longest label (the side panel and the race row fit a 1366-pixel screen)."""
     box = QComboBox()
+    box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    box.setMinimumContentsLength(12)
     for kind in PROPOSER_KINDS:
         box.addItem(label(kind), kind.name)
     return box

@@ -1,5 +1,10 @@
 """Colours, stylesheet and icon from the assets (assets/: palette.json, style.qss, icon.*),
-light and dark."""
+light and dark.
+
+The theme follows the system's colour scheme (Qt 6.5+: QStyleHints.colorScheme, and its
+colorSchemeChanged signal while the app runs) unless the user picks light or dark (View menu,
+`--theme`). One Theme object is shared by every view; switching changes its values in place and
+the views redraw from them (`ThemeSwitcher`)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import json
 from functools import lru_cache
 
 from specdec_core import assets
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -22,6 +27,14 @@ KIND_HINTS = {
     "server": "a server target's token whose origin the server does not report",
 }
 KIND_LABELS = {kind: f"{kind} — {hint}" for kind, hint in KIND_HINTS.items()}
+# which source proposed a step (TokenEvent.source, Stats.steps_by_source), in the words of the
+# hover text, the legend and the side panel
+SOURCE_WORDS = {
+    "lookup": "lookup (copied from the conversation)",
+    "draft": "the draft model",
+}
+LOOKUP_MARK = ("dotted underline: a token prompt lookup copied from the conversation and the target kept "
+               "(the colour still says its kind); hover any token for the source of its step")
 
 
 @lru_cache(maxsize=1)
@@ -39,8 +52,14 @@ def parse_color(text: str) -> QColor:
     return QColor(text)
 
 
+THEME_MODES = ("auto", "light", "dark")
+
+
 class Theme:
     def __init__(self, dark: bool = False):
+        self.set_dark(dark)
+
+    def set_dark(self, dark: bool) -> None:
         self.dark = dark
         self.name = "dark" if dark else "light"
         self.values = _palettes()[self.name]
@@ -59,6 +78,9 @@ class Theme:
         for key, value in self.values.items():
             if isinstance(value, str):
                 qss = qss.replace(f"@{key}@", value)
+            else:  # a kind's colours: @accepted_fg@, @accepted_bg@
+                for part, colour in value.items():
+                    qss = qss.replace(f"@{key}_{part}@", colour)
         return qss
 
 
@@ -69,10 +91,20 @@ def system_prefers_dark(app: QApplication) -> bool:
         return app.palette().color(QPalette.ColorRole.Window).lightness() < 128
 
 
-def apply_theme(app: QApplication, mode: str = "auto") -> Theme:
-    """Fusion style + palette + stylesheet; mode 'light' | 'dark' | 'auto'."""
+def apply_theme(app: QApplication, mode: str = "auto", theme: Theme | None = None) -> Theme:
+    """Fusion style + palette + stylesheet; mode 'light' | 'dark' | 'auto'. With `theme`, that
+    object takes the new colours (the views that share it redraw from them)."""
+    hints = app.styleHints()
+    if hasattr(hints, "setColorScheme"):  # Qt 6.8+: the window frame and native dialogs follow too
+        if mode == "auto":
+            hints.unsetColorScheme()
+        else:
+            hints.setColorScheme(Qt.ColorScheme.Dark if mode == "dark" else Qt.ColorScheme.Light)
     dark = system_prefers_dark(app) if mode == "auto" else mode == "dark"
-    theme = Theme(dark)
+    if theme is None:
+        theme = Theme(dark)
+    else:
+        theme.set_dark(dark)
     app.setStyle("Fusion")
     pal = QPalette()
     v = theme.values
@@ -112,3 +144,29 @@ def app_icon() -> QIcon:
     for name in ("icon.svg", "icon.png"):
         icon.addFile(str(assets.path(name)))
     return icon
+
+
+class ThemeSwitcher(QObject):
+    """Keeps the app's theme as the user chose: 'auto' follows the system's colour scheme as it
+    changes; 'light' / 'dark' hold whatever the system does. `changed` after every switch."""
+
+    changed = Signal()
+
+    def __init__(self, app: QApplication, theme: Theme, mode: str = "auto", parent: QObject | None = None):
+        super().__init__(parent)
+        self.app, self.theme, self.mode = app, theme, mode
+        hints = app.styleHints()
+        if hasattr(hints, "colorSchemeChanged"):  # Qt 6.5+
+            hints.colorSchemeChanged.connect(self._system_changed)
+
+    def set_mode(self, mode: str) -> None:
+        self.mode = mode if mode in THEME_MODES else "auto"
+        self.apply()
+
+    def apply(self) -> None:
+        apply_theme(self.app, self.mode, self.theme)
+        self.changed.emit()
+
+    def _system_changed(self, *_args) -> None:
+        if self.mode == "auto" and system_prefers_dark(self.app) != self.theme.dark:
+            self.apply()

@@ -329,11 +329,11 @@ def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     old = win.active.request.request_id
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         win.stop()
+    stale = win.messages[-1].tokens[0]
     win.side_panel.max_new.setValue(3)
     win.send("the hat")
     live = win.active.widget
     before = list(live.tokens)
-    stale = win.messages[-2].tokens[0]
     from specdec_core.events import TokenEvent, TokenKind
 
     win._on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], {"new_tokens": 99})
@@ -354,13 +354,14 @@ def test_regenerate_and_new_chat(qtbot, make_window):
     assert win.messages[-1].stats["settings"]["seed"] != first.stats["settings"]["seed"]
     assert len(win.chat_view.messages) == 2
     h = History(win.history.data_dir)
-    assert len(h.messages(win.chat_id)) == 2
+    assert len(h.messages(win.chat_id)) == 2  # the branch shown: the question and the new answer
+    assert len(h.all_messages(win.chat_id)) == 3  # the first answer is kept, a version of the new one
     h.close()
     chat = win.chat_id
     win.new_chat()
     assert win.chat_id is None and not win.chat_view.messages and win.messages == []
     send_and_wait(qtbot, win, "the hat")
-    assert win.chat_id != chat and win.chat_list.count() == 2
+    assert win.chat_id != chat and win.chat_list.chats.count() == 2
 
 
 def test_error_dialog_on_bad_model_path_and_app_stays_usable(qtbot, make_window, tmp_path):
@@ -413,8 +414,8 @@ def test_persistence_across_restart(qtbot, make_window, tmp_path):
     win.close()
 
     again = make_window(data_dir=data, load=False)
-    assert again.chat_list.count() == 1
-    item = again.chat_list.item(0)
+    assert again.chat_list.chats.count() == 1
+    item = again.chat_list.chats.item(0)
     assert item.text() == "is the cat on the mat"
     again.open_chat(item.data(Qt.ItemDataRole.UserRole))
     after = [(m.role, m.content, [(t.text, t.kind, t.step, t.draft_position) for t in m.tokens]) for m in again.messages]

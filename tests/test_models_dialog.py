@@ -31,7 +31,7 @@ from tiny_models import (  # noqa: E402
 
 from app.models_dialog import NO_DRAFT, ModelsDialog  # noqa: E402
 from app.worker import LoadRequest  # noqa: E402
-from specdec_core.models import default_pair, memory, recent  # noqa: E402
+from specdec_core.models import default_pair, local, memory, recent  # noqa: E402
 
 TIMEOUT = 30_000
 
@@ -109,6 +109,39 @@ def test_lists_presets_with_needs_and_the_local_models(qtbot, open_dialog, env):
     assert dlg.selected_target_key() == "model:default:target"
     qtbot.waitUntil(lambda: dlg.selected_draft_key() == "model:default:draft", timeout=TIMEOUT)
     assert dlg.request() == LoadRequest("default", "default", "auto", "auto", None)
+
+
+def test_recents_that_are_gone_drop_out_and_same_names_show_their_folder(qtbot, open_dialog, env):
+    """Several folders called "draft" in the recent list are told apart by their folders; a recent
+    whose files were deleted is not listed (its entry stays in the file: a drive plugged in again
+    brings it back)."""
+    import shutil
+
+    file = env / "data" / recent.FILE_NAME
+    a = save_folder(env / "qwen-a", "draft", hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32)
+    b = save_folder(env / "qwen-b", "draft", hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32)
+    gone = save_folder(env / "old", "target")
+    for p in (gone, a, b):
+        recent.remember(str(p), file=file)
+    shutil.rmtree(gone)
+    dlg = open_dialog()
+    here = top_texts(dlg)["On this computer"]
+    assert not any(r.startswith("target  (recent") for r in here)
+    rows = [r.split(" | ")[0] for r in here if r.startswith("draft  (recent")]
+    assert sorted(rows) == sorted(f"draft  (recent · {local.short_folder(p.parent)})" for p in (a, b))
+    assert local.short_folder(a.parent) != local.short_folder(b.parent)
+    assert len(recent.load(file)) == 3  # nothing forgotten
+    # the draft list tells them apart too
+    pick_target(qtbot, dlg, "model:default:target")
+    names = [text.split("\n")[0] for _, _, _, text in dlg.draft_items()]
+    assert sum("draft (" in n for n in names) == 2 and len({n for n in names if "draft (" in n}) == 2
+
+
+def test_short_folder_names_home_and_keeps_the_last_parts():
+    home = Path.home()
+    assert local.short_folder(home / "models" / "qwen") == str(Path("~") / "models" / "qwen")
+    long = Path("/") / ("x" * 30) / ("y" * 30) / "qwen-b"
+    assert local.short_folder(long) == "…" + os.sep + os.sep.join(long.parts[-2:])
 
 
 # ---------------------------------------------------------------- drafts

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ class LocalModel:
     role: str | None = None  # the embedded models: "default" means the role's model
     error: str | None = None  # why it cannot be used (missing, truncated, no weights): shown greyed
     loaded: dict = field(default_factory=dict)  # what it last loaded as (recent.py), if known
+    where: str = ""  # its folder, shown when another model listed has the same name (set by scan)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -266,11 +268,15 @@ def hf_cache_models() -> list[LocalModel]:
 
 
 def recent_models(file: Path | None = None) -> list[LocalModel]:
+    """The recent files and folders that are still there (a deleted or moved one is not listed;
+    its entry stays in the file, so a drive plugged in again brings it back)."""
     out = []
     for item in recent.load(file):
         spec = item["spec"]
         p = Path(spec)
         if p.is_absolute():
+            if not p.exists():
+                continue
             m = describe(spec, "recent")
         else:  # a hub id: listed from the HF cache when there
             m = LocalModel(spec, spec, "recent", "?", "?", 0, error=None)
@@ -293,7 +299,33 @@ def scan(recent_file: Path | None = None) -> list[LocalModel]:
         if not m.path:
             continue  # a hub id no longer in the HF cache: nothing local to list
         models.append(m)
+    label_places(models)
     return models
+
+
+def label_places(models: list[LocalModel]) -> None:
+    """Models that would be listed under the same name (several folders called "draft") get
+    their folder in `where`, so the rows tell them apart."""
+    by_name: dict[str, list[LocalModel]] = {}
+    for m in models:
+        if m.origin != "embedded" and m.path:
+            by_name.setdefault(m.name, []).append(m)
+    for same in by_name.values():
+        if len(same) > 1:
+            for m in same:
+                m.where = short_folder(Path(m.path).parent)
+
+
+def short_folder(folder: Path, width: int = 40) -> str:
+    """A folder as a row shows it: ~ for the home folder, the last parts when it is long."""
+    text = str(folder)
+    home = str(Path.home())
+    if home not in ("", "/") and (text == home or text.startswith(home + os.sep)):
+        text = "~" + text[len(home):]
+    if len(text) > width:
+        parts = Path(text).parts
+        text = "…" + os.sep + os.sep.join(parts[-2:])
+    return text
 
 
 def _key(m: LocalModel) -> str:
