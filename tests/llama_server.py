@@ -1,7 +1,9 @@
 """A real llama.cpp `llama-server` for the server-target tests, started on 127.0.0.1.
 
-Where the binary comes from: $SPECDEC_LLAMA_SERVER (what .ci/run builds), else the shared
-script's build (`bash ../shared/tools/build-llamacpp.sh`, ~/.cache/llamacpp-peer). Without one
+Where the binary comes from: $SPECDEC_LLAMA_SERVER (what .ci/run builds), else the project's
+build (`bash scripts/build-llamacpp.sh`, ~/.cache/specdec-llamacpp: without AMX where a VM lists
+it but faults on it), else the shared script's (`bash ../shared/tools/build-llamacpp.sh`,
+~/.cache/llamacpp-peer). Without one
 the tests skip -- unless SPECDEC_REQUIRE_LLAMA_SERVER is set (CI), where they fail: the point
 of these tests is a real server.
 """
@@ -25,7 +27,8 @@ REQUIRE = bool(os.environ.get("SPECDEC_REQUIRE_LLAMA_SERVER"))
 def find_llama_server() -> Path | None:
     env = os.environ.get("SPECDEC_LLAMA_SERVER")
     candidates = [Path(env)] if env else []
-    candidates.append(Path.home() / ".cache" / "llamacpp-peer" / "build" / "bin" / "llama-server")
+    for folder in ("specdec-llamacpp", "llamacpp-peer"):
+        candidates.append(Path.home() / ".cache" / folder / "build" / "bin" / "llama-server")
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return c
@@ -36,7 +39,7 @@ def need_llama_server() -> Path:
     path = find_llama_server()
     if path is None:
         msg = ("no llama-server: set SPECDEC_LLAMA_SERVER, or build it with "
-               "`bash ../shared/tools/build-llamacpp.sh` (.ci/run builds it)")
+               "`bash scripts/build-llamacpp.sh` (.ci/run builds it)")
         if REQUIRE:
             pytest.fail(msg)
         pytest.skip(msg)
