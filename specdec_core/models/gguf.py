@@ -87,13 +87,17 @@ def load_gguf(path: Path, *, device: str, dtype: str, key: str | None, progress:
                         notes.append(f"{n} of the draft's matrices requantized to Q4_0 in memory ({before / 2**20:.0f} -> "
                                      f"{after / 2**20:.0f} MiB read per drafted token; a draft's precision changes "
                                      f"what it proposes, never the output)")
+                # FR-Spec (models/draft_vocab.py): a draft on the lean forward proposes from its most
+                # frequent tokens only; the target still scores every token
+                head = getattr(getattr(cm.model, "lm_head", None), "matrix", None)
                 head_rows = None
-                if role == "draft" and os.environ.get("SPECDEC_DRAFT_HEAD", "").lower() != "full":
-                    head_rows = draft_vocab.head_tokens(cm.tokenizer, cm.model.lm_head.matrix.rows)
+                if (role == "draft" and head is not None and lean_mod.supports(cm.model) is None
+                        and os.environ.get("SPECDEC_DRAFT_HEAD", "").lower() != "full"):
+                    head_rows = draft_vocab.head_tokens(cm.tokenizer, head.rows)
                 lean, why_not = lean_mod.attach(cm.model, head_rows=head_rows)
                 if lean is not None and head_rows is not None:
                     notes.append(f"the draft's head limited to the {len(head_rows):,} most frequent tokens of "
-                                 f"{cm.model.lm_head.matrix.rows:,} (FR-Spec: the target still scores every token)")
+                                 f"{head.rows:,} (FR-Spec: the target still scores every token)")
                 kernels, more = _describe(cm, lean, why_not, build.kernel().name)
                 return GgufLoad(cm.model, cm.tokenizer, f"gguf({cm.quantization})", notes + more, lean, kernels,
                                 cm.report.matrix_bytes + cm.report.float_bytes)
