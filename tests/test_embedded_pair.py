@@ -36,6 +36,9 @@ def monkeypatch_module():
 def test_the_load_notes_say_what_runs(engine):
     for lm in (engine.target, engine.draft):
         assert lm.info.notes, lm.info.name  # what the side panel's Models box lists
+    # the shipped ranking applies to the embedded draft's vocabulary (FR-Spec), never to the target
+    assert any("65,536 most frequent tokens" in n for n in engine.draft.info.notes), engine.draft.info.notes
+    assert engine.draft.lean.head_rows is not None and engine.target.lean.head_rows is None
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
