@@ -39,11 +39,27 @@ def local_files(source) -> list[str]:
     return [u.toLocalFile() for u in source.urls() if u.isLocalFile()] if source.hasUrls() else []
 
 
-class Composer(QPlainTextEdit):
+class FileDropBox(QPlainTextEdit):
+    """A text box that passes dropped or pasted local files on to be attached: a plain text box
+    takes the drop itself and would type the file's file:// address instead."""
+
+    files_dropped = Signal(list)  # local file paths dropped or pasted
+
+    def canInsertFromMimeData(self, source) -> bool:
+        return bool(local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source) -> None:
+        files = local_files(source)
+        if files:
+            self.files_dropped.emit(files)
+            return
+        super().insertFromMimeData(source)
+
+
+class Composer(FileDropBox):
     submitted = Signal()
     edit_last = Signal()  # Up in an empty box
     long_paste = Signal(str)  # a paste too long to type into the box: it becomes an attachment
-    files_dropped = Signal(list)  # local file paths dropped or pasted
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -64,36 +80,16 @@ class Composer(QPlainTextEdit):
             return
         super().keyPressEvent(e)
 
-    def canInsertFromMimeData(self, source) -> bool:
-        return bool(local_files(source)) or super().canInsertFromMimeData(source)
-
     def insertFromMimeData(self, source) -> None:
-        files = local_files(source)
-        if files:
-            self.files_dropped.emit(files)
-            return
-        if source.hasText() and is_long_paste(source.text()):
+        if not local_files(source) and source.hasText() and is_long_paste(source.text()):
             self.long_paste.emit(source.text())
             return
-        super().insertFromMimeData(source)
+        super().insertFromMimeData(source)  # files are attached, other text typed
 
 
-class SystemPromptBox(QPlainTextEdit):
+class SystemPromptBox(FileDropBox):
     """The system prompt. A file dropped on it is attached to the message, as anywhere else on the
-    window: a plain text box takes the drop itself and would type the file's file:// address into
-    the system prompt instead."""
-
-    files_dropped = Signal(list)
-
-    def canInsertFromMimeData(self, source) -> bool:
-        return bool(local_files(source)) or super().canInsertFromMimeData(source)
-
-    def insertFromMimeData(self, source) -> None:
-        files = local_files(source)
-        if files:
-            self.files_dropped.emit(files)
-            return
-        super().insertFromMimeData(source)
+    window."""
 
 
 def chip_text(a: Attachment, tokens: int | None = None) -> str:
