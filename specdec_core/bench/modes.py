@@ -18,7 +18,7 @@ LLAMACPP_SPEC = "llama.cpp-spec"  # llama.cpp's speculative decoding (llama-spec
 LLAMACPP_SPEC_DEFAULT = 3
 LLAMACPP_SPEC_TUNED = (16, 0.75)
 # its drafts from the text itself (n-grams of the prompt and the answer so far), alone and before
-# the draft model: the --spec-type values of the llama.cpp that ../shared/tools/build-llamacpp.sh builds
+# the draft model: the --spec-type values of the llama.cpp that scripts/build-llamacpp.sh builds
 LLAMACPP_DRAFT, LLAMACPP_NGRAM, LLAMACPP_DRAFT_NGRAM = "draft-simple", "ngram-mod", "draft-simple,ngram-mod"
 
 
