@@ -36,13 +36,26 @@ The rule (README, "Adaptive draft length"):
    others (17 bench prompts, speed notes), so the running share s of such tokens predicts
    its acceptance as 0.6 + 0.36 s. With that and the costs (a drafted token and a verified
    row, measured, or before the first draft step from the prompt's prefill and a prior), the
-   draft starts once the tokens it is expected to save over the next tokens outweigh its
-   read of the text so far; "the next tokens" being as many as the answer has had so far
-   (at least 16, at most 64, never past the budget): a long answer is likely to go on, a
-   short one may be about to end. A step whose text the draft has not read pays that read
-   apart (the proposal's catch-up), which counts in neither rate: it is the price of
-   switching, not of the drafted tokens. Lookup reads nothing and may propose at once.
-   The first step after the prefill is plain: it measures what not speculating costs.
+   draft starts once the tokens it is expected to save over the rest of the answer outweigh
+   its read of the text it has not seen (at most a window of the latest tokens: the
+   proposer's `unread`); "the rest of the answer" being as many tokens as the answer has had
+   so far or, in a conversation, as the previous answer had, whichever is more (at most 512,
+   never past the budget): a long answer is likely to go on, a short one may be about to
+   end, and a conversation's answers tend to be alike. A step whose text the draft has not
+   read pays that read apart (the proposal's catch-up), which counts in neither rate: it is
+   the price of switching, not of the drafted tokens. Lookup reads nothing and may propose
+   at once. The first step after the prefill is plain: it measures what not speculating
+   costs.
+6. Never a loss: per source (the draft model; lookup per match length) and per kind of text
+   (prose, or code inside a fence: textkind.py), the controller keeps a ledger of the time
+   its proposals lost against plain steps -- a step's drafting and verification time minus
+   its tokens times a plain step's measured time; a gain is a negative loss, credited up to
+   `credit_cap` plain steps so that an earlier good stretch cannot pay for a long bad one.
+   A source whose loss is past `budget_share` (2%) of the answer's decoding time so far stops
+   proposing in that kind of text; it may again once the budget, growing with the answer,
+   covers what it lost, or when the kind of text changes (a code block opens or closes: the
+   draft's rate is then measured afresh). So a 12% lookup in prose stops after a couple of
+   steps, and a draft that loses in an explanation costs at most its share.
 
 Why the draft's running confidence and not a draft length from the textbook
 E(k) = (1 - alpha^(k+1)) / (1 - alpha): real text is not i.i.d. -- code has long runs the
@@ -57,6 +70,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .proposers.base import DRAFT, LOOKUP, MATCH_MAX, DraftPlan
+from .textkind import PROSE
 
 # Prompt lookup's per-token acceptance by match length before any is measured (index n, the
 # last bucket holding every match of MATCH_MAX tokens or more): from the embedded pair's greedy
@@ -90,7 +104,7 @@ class FixedDraftLength:
         self.k = k
         self._plan = DraftPlan(k if DRAFT in sources else 0, (0,) + (k if LOOKUP in sources else 0,) * MATCH_MAX)
 
-    def plan(self, backlog: int = 0, remaining: int | None = None) -> DraftPlan:
+    def plan(self, backlog: int = 0, remaining: int | None = None, kind: str = PROSE) -> DraftPlan:
         return self._plan
 
     def observe_prefill(self, rows: int, seconds: float) -> None:
@@ -120,7 +134,8 @@ class AdaptiveDraftLength:
     alpha_floor: float = 0.6
     alpha_slope: float = 0.36
     horizon_min: int = 1
-    horizon_max: int = 64
+    horizon_max: int = 512
+    answer_prior: int = 0  # tokens the previous answer of the same conversation had (0: none)
     read_margin: float = 1.5  # the savings must cover the read this many times over (a prediction, not a measurement)
     # pseudo-counts for alpha (reporting): a prior of 0.6 worth a handful of tokens
     accepted: float = 3.0
@@ -132,8 +147,9 @@ class AdaptiveDraftLength:
     # rule 3: lookup's kept tokens and rejections per match length (decayed), from the prior
     # worth `lookup_prior_weight` rejections
     lookup_prior_weight: float = 2.0
-    lookup_kept: list[float] = field(default_factory=list)
-    lookup_lost: list[float] = field(default_factory=list)
+    # per kind of text (rule 6: what lookup copies in code is not what it copies in prose)
+    lookup_kept: dict[str, list[float]] = field(default_factory=dict)
+    lookup_lost: dict[str, list[float]] = field(default_factory=dict)
     draft_per_token: float | None = None  # seconds
     read_per_token: float | None = None  # seconds the draft takes to read a token of backlog
     row_cost: float | None = None  # extra verification time per proposed row, in plain steps
@@ -150,12 +166,17 @@ class AdaptiveDraftLength:
     _since_draft: int = 0
     _since_plain: int = 0
     _probing: str | None = None  # what a probe this step tests (DRAFT, or "" for a plain step)
+    # rule 6: seconds each (source, kind of text, match length) lost against plain steps
+    # (negative: won, down to -credit_cap plain steps), and the decoding time so far
+    budget_share: float = 0.02
+    credit_cap: float = 3.0
+    losses: dict = field(default_factory=dict)
+    elapsed: float = 0.0
+    kind: str = PROSE  # the kind of text of the step planned last
 
     def __post_init__(self) -> None:
         self._wait = self.probe_every
-        w = self.lookup_prior_weight
-        self.lookup_kept = [b / (1 - b) * w for b in LOOKUP_PRIOR]
-        self.lookup_lost = [w] * len(LOOKUP_PRIOR)
+        self._lookup_counts()
 
     # -- what the controller reports --------------------------------------------------------
     @property
@@ -199,8 +220,17 @@ class AdaptiveDraftLength:
         """The draft's measured rate is at least a plain step's (True while unmeasured)."""
         return self.draft_rate is None or self.plain_rate is None or self.draft_rate >= self.plain_rate
 
+    def _lookup_counts(self) -> tuple[list[float], list[float]]:
+        """(kept, lost) per match length in the current kind of text, from the prior at first."""
+        if self.kind not in self.lookup_kept:
+            w = self.lookup_prior_weight
+            self.lookup_kept[self.kind] = [b / (1 - b) * w for b in LOOKUP_PRIOR]
+            self.lookup_lost[self.kind] = [w] * len(LOOKUP_PRIOR)
+        return self.lookup_kept[self.kind], self.lookup_lost[self.kind]
+
     def lookup_beta(self, n: int) -> float:
-        return self.lookup_kept[n] / (self.lookup_kept[n] + self.lookup_lost[n])
+        kept, lost = self._lookup_counts()
+        return kept[n] / (kept[n] + lost[n])
 
     # -- rule 5 ----------------------------------------------------------------------------
     @property
@@ -219,7 +249,7 @@ class AdaptiveDraftLength:
         gain = self.predicted_gain()
         if gain <= 1.0:
             return False
-        horizon = min(max(self.horizon_min, self.emitted), self.horizon_max)
+        horizon = min(max(self.horizon_min, self.emitted, self.answer_prior), self.horizon_max)
         if remaining is not None:
             horizon = min(horizon, remaining)
         # tokens that lookup copies are fast already: the draft would save time on the others
@@ -234,10 +264,37 @@ class AdaptiveDraftLength:
         return backlog * (self.cost_ratio or self.draft_cost_prior) * self.rows
 
     # -- the plan --------------------------------------------------------------------------
-    def plan(self, backlog: int = 0, remaining: int | None = None) -> DraftPlan:
+    # -- rule 6 ----------------------------------------------------------------------------
+    def lost(self, source: str, match: int = 0) -> float:
+        """Seconds that source's proposals lost against plain steps in this kind of text."""
+        return self.losses.get((source, self.kind, match), 0.0)
+
+    def within_budget(self, source: str, match: int = 0) -> bool:
+        return self.lost(source, match) <= self.budget_share * self.elapsed
+
+    def _book(self, o: StepOutcome) -> None:
+        """Rule 6: what a proposing step lost (or won) against plain steps' time."""
+        plain = 1.0 / self.plain_rate
+        key = (o.source, self.kind, min(max(o.match, 1), MATCH_MAX) if o.source == LOOKUP else 0)
+        lost = o.draft_seconds + o.verify_seconds - (o.accepted + 1) * plain
+        self.losses[key] = max(self.losses.get(key, 0.0) + lost, -self.credit_cap * plain)
+
+    def _new_kind(self, kind: str) -> None:
+        """The text turned from prose to code or back: the draft's rate on record is of the
+        other kind; it is measured afresh (the ledger of this kind decides whether it may)."""
+        self.kind = kind
+        if self.draft_started:
+            self.draft_rate = None
+            self._wait = self.probe_every
+
+    # -- the plan --------------------------------------------------------------------------
+    def plan(self, backlog: int = 0, remaining: int | None = None, kind: str = PROSE) -> DraftPlan:
         """This step's plan. backlog: tokens the draft model would read before proposing (its
-        catch-up); remaining: the answer's budget left."""
+        catch-up); remaining: the answer's budget left; kind: the text's kind now (PROSE or
+        CODE, textkind.py)."""
         self._probing = None
+        if kind != self.kind:
+            self._new_kind(kind)
         if self.plain_rate is None:
             return DraftPlan()  # a plain step measures what not speculating costs
         draft = 0
@@ -257,11 +314,14 @@ class AdaptiveDraftLength:
                 on = self._since_draft >= self._wait and self.draft_predicted_to_pay(backlog, remaining)
                 if on:
                     self._probing = DRAFT
+            if on and not self.within_budget(DRAFT):  # rule 6: it lost its share in this kind of text
+                on, rival, self._probing = False, 1.0, None
             draft = self.k_max if on else 0
         lookup = (0,) * (MATCH_MAX + 1)
         if LOOKUP in self.sources:
             r = self.rows
-            lookup = (0,) + tuple(self._lookup_length(n, r, rival) for n in range(1, MATCH_MAX + 1))
+            lookup = (0,) + tuple(self._lookup_length(n, r, rival) if self.within_budget(LOOKUP, n) else 0
+                                  for n in range(1, MATCH_MAX + 1))
         self._since_plain += 1
         if draft and self.draft_started and self._probing is None and self._since_plain >= self.probe_max:
             self._probing = ""  # a plain step keeps the plain rate current
@@ -289,6 +349,7 @@ class AdaptiveDraftLength:
         seconds = o.draft_seconds + o.verify_seconds
         if seconds <= 0:
             return
+        self.elapsed += seconds + o.catchup_seconds
         rate = (o.accepted + 1) / seconds
         if not o.proposed:
             self._since_plain = 0
@@ -296,14 +357,16 @@ class AdaptiveDraftLength:
             self.plain_rate = rate if fresh else _ema(self.plain_rate, rate, self.ema)
             return
         if self.plain_rate is not None:
+            self._book(o)
             # a verification of k + 1 rows against a one-row plain step: what each proposed
             # row added (never below zero: a fast verification is not a gain per row)
             row = max(o.verify_seconds * self.plain_rate - 1.0, 0.0) / o.proposed
             self.row_cost = row if self.row_cost is None else _ema(self.row_cost, row, self.ema)
         if o.source == LOOKUP:
             n = min(max(o.match, 1), MATCH_MAX)
-            self.lookup_kept[n] = self.decay * self.lookup_kept[n] + o.accepted
-            self.lookup_lost[n] = self.decay * self.lookup_lost[n] + (1 if o.accepted < o.proposed else 0)
+            kept, lost = self._lookup_counts()
+            kept[n] = self.decay * kept[n] + o.accepted
+            lost[n] = self.decay * lost[n] + (1 if o.accepted < o.proposed else 0)
             return
         self._observe_draft(o, rate, fresh=probed == DRAFT or self.draft_rate is None)
 
@@ -348,8 +411,9 @@ def _ema(old: float, new: float, w: float) -> float:
     return (1 - w) * old + w * new
 
 
-def make_policy(draft_tokens: int | str, sources: tuple[str, ...] = (DRAFT,)):
-    """`draft_tokens`: an int k >= 1, or "adaptive"; `sources`: what the proposer drafts from."""
+def make_policy(draft_tokens: int | str, sources: tuple[str, ...] = (DRAFT,), answer_prior: int = 0):
+    """`draft_tokens`: an int k >= 1, or "adaptive"; `sources`: what the proposer drafts from;
+    `answer_prior`: how long the previous answer of the same conversation was (0: none)."""
     if draft_tokens == "adaptive":
-        return AdaptiveDraftLength(sources=tuple(sources))
+        return AdaptiveDraftLength(sources=tuple(sources), answer_prior=answer_prior)
     return FixedDraftLength(int(draft_tokens), tuple(sources))

@@ -31,6 +31,7 @@ from .lm import CachedLM
 from .proposers.base import DraftPlan, Proposal, Proposer
 from .sampling import greedy_picks, probabilities
 from .settings import DecodeSettings, SamplingParams, SettingsError
+from .textkind import TextKind
 
 
 class Generation(EventStream):
@@ -61,11 +62,9 @@ class Generation(EventStream):
         """A copy of the running stats (the final stats once done). Call from the thread that
         iterates: the decoder updates them between the events it yields."""
         s = self.stats if self.stats is not None else self._running
-        return dataclasses.replace(s, per_position_proposed=list(s.per_position_proposed),
-                                   per_position_accepted=list(s.per_position_accepted),
-                                   draft_lengths=list(s.draft_lengths), steps_by_source=dict(s.steps_by_source),
-                                   proposed_by_source=dict(s.proposed_by_source),
-                                   accepted_by_source=dict(s.accepted_by_source))
+        # every list or dict field copied, whatever fields Stats grows
+        return dataclasses.replace(s, **{f.name: type(v)(v) for f in dataclasses.fields(s)
+                                         if isinstance(v := getattr(s, f.name), (list, dict))})
 
     @property
     def text(self) -> str:
@@ -84,6 +83,9 @@ class Decoder:
             eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
             eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
         self.eos = frozenset(eos_token_ids)
+        # how long the last answer was: in a conversation (a generation that reuses the cache)
+        # the controller expects the next answer to run about as long (adaptive.py, rule 5)
+        self.last_answer_tokens = 0
 
     def generate(
         self,
@@ -108,13 +110,14 @@ class Decoder:
         params = settings.sampling
         rng = torch.Generator().manual_seed(settings.seed)
         policy = None
-        if proposer is not None:
-            policy = make_policy(settings.draft_tokens, proposer.sources)
         target = self.target
         if reuse_cache:
             stats.reused_prompt_tokens = target.keep_prefix(ids)
         else:
             target.reset()
+        if proposer is not None:
+            prior = self.last_answer_tokens if stats.reused_prompt_tokens else 0
+            policy = make_policy(settings.draft_tokens, proposer.sources, prior)
         target.forward_passes = 0
         if proposer is not None:
             proposer.reset(keep=ids if reuse_cache else None)
@@ -122,6 +125,7 @@ class Decoder:
         emitted = 0
         step = 0
         no_plan = DraftPlan()
+        text_kind = TextKind()
         while True:
             if cancel is not None and cancel.is_set():
                 stats.stop_reason = "cancelled"
@@ -134,7 +138,7 @@ class Decoder:
             # the proposer.
             plan = no_plan
             if policy is not None and step > 0 and remaining > 1:
-                plan = policy.plan(proposer.unread(ids), remaining - 1).clip(remaining - 1)
+                plan = policy.plan(proposer.unread(ids), remaining - 1, text_kind.kind).clip(remaining - 1)
             proposal = _NOTHING
             t_draft = time.perf_counter()
             if not plan.empty:
@@ -179,6 +183,8 @@ class Decoder:
             # the running stats count this step before its tokens are handed out, so whoever
             # reads them between steps sees figures for exactly the tokens it has
             _count_step(stats, step, k, verdict.n_accepted, len(new), proposer is not None, proposal.source)
+            if step > 0:
+                _time_step(stats, k, proposal, t_done - t_draft)
             stats.new_tokens = emitted
             stats.target_forward_passes = target.forward_passes
             if step == 0:
@@ -190,9 +196,11 @@ class Decoder:
                 stats.stop_reason = "max_new_tokens"
             t = t_done - t0
             for i, (tok, kind) in enumerate(zip(new, kinds)):
+                piece = detok.push(tok)
+                text_kind.push(piece)
                 yield TokenEvent(
                     tok,
-                    detok.push(tok),
+                    piece,
                     kind,
                     step,
                     None if kind is TokenKind.STANDARD else i,
@@ -204,6 +212,7 @@ class Decoder:
             step += 1
             if stats.stop_reason:  # set above: the last step's stats are complete with its tokens
                 break
+        self.last_answer_tokens = emitted
         return stats
 
     @staticmethod
@@ -246,6 +255,18 @@ def _count_step(stats: Stats, step: int, k: int, n_accepted: int, emitted: int, 
         stats.per_position_proposed[i] += 1
     for i in range(n_accepted):
         stats.per_position_accepted[i] += 1
+
+
+def _time_step(stats: Stats, k: int, proposal: Proposal, seconds: float) -> None:
+    """Add a step after the prefill to the running times: a plain step's, or its source's."""
+    if k == 0:
+        stats.plain_step_seconds += seconds
+        stats.timed_plain_steps += 1
+        return
+    src = proposal.source
+    stats.seconds_by_source[src] = stats.seconds_by_source.get(src, 0.0) + seconds
+    stats.catchup_seconds += proposal.catchup_seconds
+    stats.catchup_tokens += proposal.catchup_tokens
 
 
 def _grow(xs: list[int], n: int) -> None:

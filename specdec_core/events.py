@@ -130,6 +130,23 @@ class Stats:
     steps_by_source: dict[str, int] = field(default_factory=dict)
     proposed_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    # seconds of the speculative steps per source (drafting, the draft's catch-up read and
+    # the verification): what each source's tokens cost
+    seconds_by_source: dict[str, float] = field(default_factory=dict)
+    # the draft's reads of text it had not seen (the prompt or a turn's new message on a late
+    # start, what plain and lookup steps wrote): seconds and tokens, part of seconds_by_source
+    catchup_seconds: float = 0.0
+    catchup_tokens: int = 0
+    # plain steps after the prefill: their time and number (in standard decoding every step
+    # after the first), so a report can show that a plain step inside speculative decoding
+    # costs what a standard step costs
+    plain_step_seconds: float = 0.0
+    timed_plain_steps: int = 0
+
+    @property
+    def mean_plain_step_seconds(self) -> float:
+        """The mean time of a plain step after the prefill (0 when there was none)."""
+        return self.plain_step_seconds / self.timed_plain_steps if self.timed_plain_steps else 0.0
 
     @property
     def tokens_per_second(self) -> float:
@@ -179,6 +196,7 @@ class Stats:
             plain_steps=self.plain_steps,
             plain_step_share=self.plain_step_share,
             per_position_acceptance=self.per_position_acceptance,
+            mean_plain_step_seconds=self.mean_plain_step_seconds,
         )
         return d
 

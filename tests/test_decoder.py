@@ -184,7 +184,7 @@ def test_a_draft_the_target_rejects_earns_no_bonus(tiny, monkeypatch):
         def draft_predicted_to_pay(self, backlog, remaining):
             return True
 
-    monkeypatch.setattr(decoder_module, "make_policy", lambda k, sources: Eager(sources=sources))
+    monkeypatch.setattr(decoder_module, "make_policy", lambda k, sources, prior=0: Eager(sources=sources))
     dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
     prop = DraftModelProposer(tiny.draft, tiny.vocab)
     g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=60, draft_tokens="adaptive"), prop).run()
@@ -392,7 +392,7 @@ class _Scripted:
     def __init__(self, pattern):
         self.pattern, self.i = pattern, 0
 
-    def plan(self, backlog=0, remaining=None):
+    def plan(self, backlog=0, remaining=None, kind="prose"):
         self.i += 1
         return DraftPlan(draft=self.pattern[(self.i - 1) % len(self.pattern)])
 
@@ -423,6 +423,39 @@ def test_a_draft_that_skips_most_of_a_plain_stretch_keeps_the_output_exact(tiny,
     n = prop.lm.length
     assert prop.lm.ids[len(prompt):] != seq[len(prompt) : n]
     assert prop.lm.ids[-3:] == seq[n + prop.offset - 3 : n + prop.offset]
-    # a new message starting with this text keeps the cache up to the first gap only
+    # a new message starting with this text keeps the whole view, gaps included
+    length, gaps = prop.lm.length, list(prop.gaps)
     prop.reset(keep=seq + [5])
-    assert prop.offset == 0 and prop.lm.ids == seq[: prop.lm.length]
+    assert prop.lm.length == length and prop.gaps == gaps
+    # an edited turn that parts from it inside the second gap keeps the view up to there
+    second = prop.gaps[1][0] + 1
+    edited = seq[:second] + [5, 6, 7]
+    prop.reset(keep=edited)
+    assert prop.gaps == [gaps[0], (gaps[1][0], 1)] and prop.lm.ids[-1] == seq[gaps[1][0] - 1]
+    # one that parts from it in the prompt keeps the prompt's shared start
+    prop.reset(keep=list(prompt[:2]) + [9, 9, 9])
+    assert prop.gaps == [] and prop.lm.ids == list(prompt[:2])
+
+
+def test_a_conversation_keeps_the_draft_s_cache_and_reads_only_the_new_turn(tiny):
+    # Turn 2 starts with turn 1's prompt and answer: the draft keeps what it read of them and
+    # reads at most its window of the rest (issue 28: it never started again once a chat had
+    # grown); the output is still standard greedy's, turn by turn.
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    prop.first_read_window = 4
+    turn1 = list(PROMPTS[0])
+    a1 = dec.generate(turn1, DecodeSettings(max_new_tokens=12, draft_tokens=3), prop).run()
+    std1 = Decoder(tiny.target, tiny.tokenizer).generate(turn1, DecodeSettings(max_new_tokens=12)).run()
+    assert a1.token_ids == std1.token_ids
+    viewed = prop.lm.length
+    turn2 = turn1 + a1.token_ids + [3, 4, 5, 6, 7, 8, 9, 10]
+    a2 = dec.generate(turn2, DecodeSettings(max_new_tokens=12, draft_tokens=3), prop, reuse_cache=True)
+    events = iter(a2)
+    next(events)  # the prefill: the draft has read nothing of turn 2 yet
+    assert prop.lm.length >= viewed - 1 and prop.unread(a2_ids := turn2 + [a2.events[0].token_id]) <= 4
+    a2.run()
+    std2 = Decoder(tiny.target, tiny.tokenizer).generate(turn2, DecodeSettings(max_new_tokens=12)).run()
+    assert a2.token_ids == std2.token_ids and a2_ids[-1] == std2.token_ids[0]
+    assert a2.stats.catchup_tokens <= 4 and prop.gaps  # it skipped to the window
+    assert dec.last_answer_tokens == 12

@@ -148,10 +148,10 @@ def test_adaptive_draft_length_keeps_the_target_distribution(tiny, monkeypatch):
     from specdec_core.proposers import DraftPlan
 
     class FirstPlan(FixedDraftLength):
-        def plan(self, backlog=0, remaining=None):
+        def plan(self, backlog=0, remaining=None, kind="prose"):
             return DraftPlan(draft=16, min_confidence=AdaptiveDraftLength.threshold_start)
 
-    monkeypatch.setattr(decoder_module, "make_policy", lambda k, sources: FirstPlan(16, sources))
+    monkeypatch.setattr(decoder_module, "make_policy", lambda k, sources, prior=0: FirstPlan(16, sources))
     target = soften(copy.deepcopy(tiny.target), 2.0)
     draft = tiny.near_draft
     params = SamplingParams(temperature=0.5)

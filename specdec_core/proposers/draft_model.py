@@ -19,32 +19,70 @@ class DraftModelProposer:
     # a token on the project's CPU, so a probe after 32 plain steps paid ~11% of their time for
     # text the next few proposals hardly need. What it skips is a gap in the draft's view
     # only: the target verifies whatever the draft proposes from its own distribution, so
-    # exactness does not depend on what the draft has read. Its first read of a sequence (the
-    # prompt, or a chat turn's new message) is whole.
+    # exactness does not depend on what the draft has read.
     catchup_window = 16
+    # Its first read of a sequence past what it kept (a prompt, a chat turn's new message and
+    # the part of the last answer it did not read) takes at most this many of the latest
+    # tokens: a read costs ~5 ms a token here (the draft's multi-row pass), so a 600-token
+    # conversation read whole cost ~60 plain steps, more than a 256-token answer can win back,
+    # and the controller never started the draft after the first turns (issue 28). The
+    # question and the text just before it are what the next tokens depend on most.
+    first_read_window = 128
 
     def __init__(self, model: torch.nn.Module, target_vocab_size: int, lean=None):
         # q_draft must live on the target's ids: trim/pad the draft's head to that width
         # *before* warping, so what we sample from is exactly the q we report.
         self.lm = CachedLM(model, vocab_size=target_vocab_size, lean=lean)
-        # ids[i] is the draft's position i - offset for the text after its last gap (0: the
-        # draft has read every committed token)
-        self.offset = 0
+        # The draft's view is the committed sequence with gaps where it skipped text: `seq` is
+        # the committed sequence it read from, `gaps` the (position in seq, tokens skipped
+        # there) of each gap, in order. seq[i] sits at cache position i - (tokens skipped
+        # before i), so the cache stands for seq[: lm.length + offset].
+        self.seq: list[int] = []
+        self.gaps: list[tuple[int, int]] = []
         self.fresh = True  # nothing of this sequence read yet past what a reset kept
 
+    @property
+    def offset(self) -> int:
+        """Tokens of the committed sequence the draft skipped (its view's gaps, in all)."""
+        return sum(n for _, n in self.gaps)
+
     def reset(self, keep: list[int] | None = None) -> None:
-        if keep is None:
-            self.lm.reset()
-        else:
-            self.lm.keep_prefix(keep)  # (stops at a gap: what follows it is read again)
-        self.offset = 0
+        """`keep`: the new sequence; the view keeps the longest prefix of it that it read (a
+        chat's next turn, a regenerated answer, an edited message: their common prefix with
+        what came before), gaps included."""
         self.fresh = True
+        if keep is None or self.lm.cache is None:
+            self.lm.reset()
+            self.seq, self.gaps = [], []
+            return
+        seen = self.lm.length + self.offset
+        limit = min(seen, len(keep) - 1)  # the last token of keep is fed with the first proposal
+        n = 0
+        while n < limit and self.seq[n] == keep[n]:
+            n += 1
+        # seq[:n] is shared: the view keeps what it read of it, and the gaps before n (one that
+        # n cuts ends at n: the next read goes on from there)
+        cache, kept_gaps = n, []
+        for at, skipped in self.gaps:
+            if at >= n:
+                break
+            kept_gaps.append((at, min(skipped, n - at)))
+            cache -= kept_gaps[-1][1]
+        if cache <= 0:
+            self.lm.reset()
+            self.seq, self.gaps = [], []
+            return
+        self.lm.rollback(cache)
+        self.seq, self.gaps = keep, kept_gaps
+
+    def _window(self) -> int:
+        return self.first_read_window if self.fresh else self.catchup_window
 
     def unread(self, ids: list[int]) -> int:
         pending = len(ids) - self.lm.length - self.offset
         if pending <= 2:  # what a speculative step leaves: read with the first drafted token
             return 0
-        return pending - 1 if self.fresh else min(pending - 1, self.catchup_window)
+        return min(pending - 1, self._window())
 
     def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
         k, min_confidence = plan.draft, plan.min_confidence
@@ -57,12 +95,14 @@ class DraftModelProposer:
         # step, the last draft token the draft never fed) -- or a backlog: the prompt on a
         # late start, the text of steps the draft did not propose. A backlog is read in a pass
         # of its own (no logits), so its time is told apart from what the drafted tokens cost.
-        pending = ids[self.lm.length + self.offset :]
+        seen = self.lm.length + self.offset
+        pending = ids[seen:]
+        self.seq = ids
         catchup, read = 0.0, 0
         if len(pending) > 2:
-            if not self.fresh:
-                skip = max(len(pending) - 1 - self.catchup_window, 0)
-                self.offset += skip
+            skip = max(len(pending) - 1 - self._window(), 0)
+            if skip:
+                self.gaps.append((seen, skip))
                 pending = pending[skip:]
             t = time.perf_counter()
             self.lm.forward(pending[:-1], logits_to_keep=0)
@@ -99,4 +139,5 @@ class DraftModelProposer:
     def observe(self, ids: list[int], n_accepted: int) -> None:
         # Keep the committed prefix the cache already holds; everything after the last
         # accepted draft token (rejected drafts) goes. The new last token is fed next time.
+        self.seq = ids
         self.lm.rollback(min(self.lm.length, len(ids) - 1 - self.offset))
