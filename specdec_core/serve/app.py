@@ -46,7 +46,7 @@ from .answer import Answer, Done, Failure, Piece
 from .errors import APIError
 from .protocol import EXTENSION, OWNED_BY
 from .queue import DecodeQueue, QueuedEngine, QueueFull
-from .requests import Options, chat_options, completion_options, tokenize_input
+from .requests import Options, TokenizeInput, chat_options, completion_options, tokenize_input
 from .responses import Shape, final_ext, sse, tokens_ext, usage
 
 log = logging.getLogger("specdec.serve")
@@ -164,8 +164,8 @@ class Service:
             raise errors.invalid("the prompt makes no tokens", "messages" if messages is not None else "prompt")
         return ids
 
-    def tokenize(self, body: dict) -> dict:
-        ids = self._encode(*tokenize_input(body))
+    def tokenize(self, what: TokenizeInput) -> dict:
+        ids = self._encode(what.messages, what.prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": self.engine.context_length}
 
     def shutdown(self) -> None:
@@ -197,9 +197,9 @@ def build_app(service: Service) -> Starlette:
 
     async def tokenize(request: Request) -> Response:
         service.check_key(request)
-        body = await read_json(request)
-        service.check_model(_model_field(body))
-        return JSONResponse(await run_in_threadpool(service.tokenize, body))
+        what = tokenize_input(await read_json(request))
+        service.check_model(what.model)
+        return JSONResponse(await run_in_threadpool(service.tokenize, what))
 
     async def chat(request: Request) -> Response:
         return await complete(request, chat=True)
@@ -348,13 +348,6 @@ async def read_json(request: Request) -> dict:
     if not isinstance(body, dict):
         raise errors.invalid("the body must be a JSON object", None, code="invalid_json")
     return body
-
-
-def _model_field(body: dict) -> str | None:
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise errors.wrong_type("model", "a string", model)
-    return model
 
 
 def _too_large() -> APIError:

@@ -40,7 +40,7 @@ from ..events import Stats, TokenEvent, TokenKind
 EXTENSION = "specdec"  # the key of the extension object in requests, responses and the model card
 OWNED_BY = "specdec"  # /v1/models' owned_by: how a client tells this server from others
 
-# the extension's request fields (requests.py checks them)
+# the extension's request fields (schema.Extension has them, in this order; requests.py reads them)
 REQUEST_FIELDS = ("mode", "draft_tokens", "proposer", "reuse_cache", "running_stats", "engine_seed")
 
 
