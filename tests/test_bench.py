@@ -263,10 +263,10 @@ def test_out_must_be_a_folder_and_is_required(pair, tmp_path, capsys):
     assert "--out" in capsys.readouterr().err
 
 
-def test_builtin_prompt_set_covers_the_categories():
+def test_classic_prompt_set_covers_the_categories():
     from specdec_core.bench.prompts import load_prompts
 
-    prompts = load_prompts()
+    prompts = load_prompts("classic")
     cats = list(dict.fromkeys(p.category for p in prompts))  # the reports' order
     assert cats == ["short-answer", "long-explanation", "code", "edit", "summarization", "structured-output", "chat"]
     for c in cats:
@@ -277,7 +277,40 @@ def test_builtin_prompt_set_covers_the_categories():
     edits = [p for p in prompts if p.category == "edit"]
     assert len(edits) >= 3 and any(p.turns >= 2 and p.messages[-2]["role"] == "assistant" for p in edits)
     assert all("```" in p.messages[0]["content"] or len(p.messages[0]["content"]) > 300 for p in edits)
-    assert [p.id for p in load_prompts(categories=["code", "chat"], limit=1)] == ["code-fizzbuzz", "chat-refactor"]
+    assert [p.id for p in load_prompts("classic", categories=["code", "chat"], limit=1)] == [
+        "code-fizzbuzz", "chat-refactor"]
+
+
+def test_the_corpus_is_split_once_into_halves_over_every_kind_of_text():
+    # issue 28: >= 150 prompts over >= 10 kinds of text, conversations of 3-5 turns and long
+    # contexts among them, each kind split into a tuning and a hold-out half
+    from specdec_core.bench.prompts import load_prompts
+
+    prompts = load_prompts()
+    cats = {p.category for p in prompts}
+    assert len(prompts) >= 150 and len(cats) >= 10 and {"conversation", "long-context"} <= cats
+    assert len({p.id for p in prompts}) == len(prompts)
+    for c in cats:
+        halves = [sum(p.category == c and p.split == s for p in prompts) for s in ("tuning", "holdout")]
+        assert halves[0] + halves[1] == sum(p.category == c for p in prompts) and abs(halves[0] - halves[1]) <= 1
+    convs = [p for p in prompts if p.category == "conversation"]
+    assert convs and all(3 <= p.turns <= 5 and p.messages[0]["content"] == p.conversation[0] for p in convs)
+    holdout = load_prompts(split="holdout")
+    assert holdout and all(p.split == "holdout" for p in holdout) and len(holdout) < len(prompts)
+    assert not {p.id for p in holdout} & {p.id for p in load_prompts(split="tuning")}
+
+
+def test_a_conversation_line_is_checked():
+    from specdec_core.bench import BenchError
+    from specdec_core.bench.prompts import parse_prompts
+
+    (p,) = parse_prompts('{"category": "conversation", "split": "holdout", "turns": ["a", "b", "c"]}')
+    assert p.conversation == ("a", "b", "c") and p.turns == 3 and p.split == "holdout"
+    for bad, says in (('{"category": "c", "turns": ["only one"]}', "at least two"),
+                      ('{"category": "c", "turns": ["a", "b"], "prompt": "x"}', "exactly one"),
+                      ('{"category": "c", "prompt": "x", "split": "train"}', "split")):
+        with pytest.raises(BenchError, match=says):
+            parse_prompts(bad)
 
 
 def test_a_prompt_that_does_not_fit_the_context_is_skipped_before_anything_runs(pair, tmp_path, capsys):
@@ -318,3 +351,32 @@ def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():
     assert rec["kinds"]["standard"] == rec["new_tokens"] == 3  # no match anywhere: every step plain
     assert rec["acceptance_rate"] is None and rec["mean_accepted_per_step"] is None
     assert rec["plain_step_share"] == 1.0
+
+
+def test_a_conversation_is_measured_turn_by_turn_on_the_cache_the_last_turn_left(pair, tmp_path):
+    # issue 28: each mode answers every turn itself, its answer kept in the chat; later turns
+    # reuse the cache (our modes) and each turn is a row of its own, in the turn's category;
+    # greedy, every turn of every mode is standard's text
+    prompts = tmp_path / "conv.jsonl"
+    prompts.write_text(json.dumps({"id": "c", "category": "conversation", "split": "holdout",
+                                   "turns": ["the cat sat", "and the hat", "on the mat"]}) + "\n"
+                       + json.dumps({"id": "x", "category": "chat", "split": "tuning", "prompt": "hello"}) + "\n")
+    out = tmp_path / "out"
+    assert bench(pair, prompts, out, "--draft-tokens", "2,adaptive", "--lookup-tokens", "none",
+                 "--split", "holdout", "--baseline", "hf") == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["settings"]["split"] == "holdout" and "--split holdout" in rep["command"]
+    ids = list(dict.fromkeys(r["prompt_id"] for r in rep["rows"]))
+    assert ids == ["c#1", "c#2", "c#3"]  # the tuning half's prompt is not run
+    cats = {r["prompt_id"]: r["category"] for r in rep["rows"]}
+    assert cats["c#1"] == "conversation" and {cats["c#2"], cats["c#3"]} <= {"conversation-prose",
+                                                                          "conversation-code"}
+    for r in rep["rows"]:
+        rec = r["repeats"][0]
+        assert rec["turn"] == int(r["prompt_id"][-1])
+        if r["mode"].startswith("hf-"):
+            continue  # a peer pays every turn's prefill
+        assert r["identical_to_standard"] is True, r
+        assert (rec["reused_prompt_tokens"] > 0) == (rec["turn"] > 1)
+        assert rec["mean_plain_step_seconds"] is None or rec["mean_plain_step_seconds"] > 0
+    assert "## Steps: a plain step against a standard step" in (out / "report.md").read_text()

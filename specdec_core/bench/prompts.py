@@ -1,10 +1,20 @@
 """The benchmark's prompt set: JSONL, one prompt per line.
 
-    {"id": "code-lru", "category": "code", "prompt": "Implement ..."}
+    {"id": "code-lru", "category": "code", "split": "holdout", "prompt": "Implement ..."}
     {"id": "chat-trip", "category": "chat", "messages": [{"role": "user", "content": "..."}, ...]}
+    {"id": "conv-todo", "category": "conversation", "turns": ["Explain ...", "Now write ...", ...]}
 
 `id` is optional (default: "<category>-<n>"). A `messages` list is a multi-turn chat ending in a
 user turn; it goes through the target's chat template as is. A `prompt` is one user message.
+`turns` is a conversation the model takes part in: it answers each user turn in turn, its own
+answer kept in the chat before the next one, each turn decoded on the cache the previous one
+left (as the app and `specdec serve` run a chat), and every turn is measured. `split`
+("tuning" or "holdout", optional) says which half of the corpus a prompt belongs to: tuning
+decisions are made on the tuning half, and `--split holdout` measures the other on its own.
+
+Two sets are built in: "corpus" (the default: assets/bench_corpus.jsonl, 170 prompts written
+for the project over 14 kinds of text, conversations and long contexts included, split once
+into halves) and "classic" (assets/bench_prompts.jsonl, the 18 prompts of the earlier reports).
 """
 
 from __future__ import annotations
@@ -15,32 +25,47 @@ from pathlib import Path
 
 from . import BenchError
 
-BUILTIN_PROMPTS = "bench_prompts.jsonl"  # in the assets (assets/, the wheel's specdec_assets)
+# the built-in sets by name, in the assets (assets/, the wheel's specdec_assets)
+BUILTIN_SETS = {"corpus": "bench_corpus.jsonl", "classic": "bench_prompts.jsonl"}
+BUILTIN_PROMPTS = BUILTIN_SETS["corpus"]
 ROLES = ("system", "user", "assistant")
+SPLITS = ("tuning", "holdout")
 
 
 @dataclass(frozen=True)
 class BenchPrompt:
     id: str
     category: str
-    messages: tuple[dict, ...]
+    messages: tuple[dict, ...]  # a conversation's: its first user turn
+    split: str | None = None
+    # a conversation: every user turn, the first included (empty for a one-shot prompt)
+    conversation: tuple[str, ...] = ()
 
     @property
     def turns(self) -> int:
+        if self.conversation:
+            return len(self.conversation)
         return sum(1 for m in self.messages if m["role"] == "user")
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "category": self.category, "messages": list(self.messages)}
+        d = {"id": self.id, "category": self.category, "messages": list(self.messages)}
+        if self.split:
+            d["split"] = self.split
+        if self.conversation:
+            d["turns"] = list(self.conversation)
+        return d
 
 
 def load_prompts(path: str | Path | None = None, categories: list[str] | None = None,
-                 limit: int | None = None) -> list[BenchPrompt]:
-    """Read and check a prompt file (None: the built-in set); keep `categories` (all if None),
-    at most `limit` prompts per category, in file order."""
-    if path is None:
+                 limit: int | None = None, split: str | None = None) -> list[BenchPrompt]:
+    """Read and check a prompt file (None: the built-in corpus; a name of BUILTIN_SETS: that
+    set); keep `categories` (all if None), the `split` half (all if None), at most `limit`
+    prompts per category, in file order."""
+    if path is None or str(path) in BUILTIN_SETS:
         from .. import assets
 
-        name, text = f"assets/{BUILTIN_PROMPTS}", assets.read_text(BUILTIN_PROMPTS)
+        file = BUILTIN_SETS[str(path)] if path is not None else BUILTIN_PROMPTS
+        name, text = f"assets/{file}", assets.read_text(file)
     else:
         path = Path(path)
         if not path.is_file():
@@ -55,6 +80,13 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
             raise BenchError(f"--categories: {unknown[0]!r} is not in {Path(name).name}; "
                              f"its categories are: {', '.join(known)}")
         prompts = [p for p in prompts if p.category in categories]
+    if split is not None:
+        if split not in SPLITS:
+            raise BenchError(f"--split: {split!r} is not one of {', '.join(SPLITS)}")
+        prompts = [p for p in prompts if p.split == split]
+        if not prompts:
+            raise BenchError(f"--split {split}: no prompt of the chosen set is in that half (give a file whose "
+                             'lines say "split")')
     if limit is not None:
         seen: dict[str, int] = {}
         kept = []
@@ -96,15 +128,27 @@ def parse_prompts(text: str, name: str = "prompts") -> list[BenchPrompt]:
         category = obj.get("category")
         if not isinstance(category, str) or not category.strip():
             raise BenchError(f"{where}: needs a non-empty \"category\" string")
-        has_prompt, has_messages = "prompt" in obj, "messages" in obj
-        if has_prompt == has_messages:
-            raise BenchError(f"{where}: give exactly one of \"prompt\" (a string) or \"messages\" (a list)")
-        if has_prompt:
+        shapes = [k for k in ("prompt", "messages", "turns") if k in obj]
+        if len(shapes) != 1:
+            raise BenchError(f"{where}: give exactly one of \"prompt\" (a string), \"messages\" (a list) or "
+                             '"turns" (a list of user messages)')
+        conversation: tuple[str, ...] = ()
+        if "prompt" in obj:
             if not isinstance(obj["prompt"], str) or not obj["prompt"].strip():
                 raise BenchError(f"{where}: \"prompt\" must be a non-empty string")
             messages = ({"role": "user", "content": obj["prompt"]},)
+        elif "turns" in obj:
+            turns = obj["turns"]
+            if (not isinstance(turns, list) or len(turns) < 2
+                    or not all(isinstance(t, str) and t.strip() for t in turns)):
+                raise BenchError(f"{where}: \"turns\" must be a list of at least two non-empty user messages")
+            conversation = tuple(turns)
+            messages = ({"role": "user", "content": turns[0]},)
         else:
             messages = _check_messages(obj["messages"], where)
+        split = obj.get("split")
+        if split is not None and split not in SPLITS:
+            raise BenchError(f"{where}: \"split\" must be one of {', '.join(SPLITS)}")
         counts[category] = counts.get(category, 0) + 1
         pid = obj.get("id", f"{category}-{counts[category]}")
         if not isinstance(pid, str) or not pid.strip():
@@ -112,7 +156,7 @@ def parse_prompts(text: str, name: str = "prompts") -> list[BenchPrompt]:
         if pid in ids:
             raise BenchError(f"{where}: duplicate id {pid!r}")
         ids.add(pid)
-        prompts.append(BenchPrompt(pid, category.strip(), messages))
+        prompts.append(BenchPrompt(pid, category.strip(), messages, split, conversation))
     if not prompts:
         raise BenchError(f"{name}: no prompts in the file")
     return prompts

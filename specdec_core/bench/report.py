@@ -20,7 +20,7 @@ from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, 
 
 METRICS = ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate",
            "mean_accepted_per_step", "plain_step_share", "peak_memory_bytes", "new_tokens", "target_forward_passes",
-           "draft_forward_passes", "mean_draft_length")
+           "draft_forward_passes", "mean_draft_length", "mean_plain_step_seconds", "catchup_seconds")
 REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED, LLAMACPP)
 # per prompt, the fastest of llama.cpp's modes (plain, speculative at its default, tuned)
 LLAMACPP_BEST = "llama.cpp-best"
@@ -40,13 +40,19 @@ def _spread(xs) -> dict:
 
 
 def build_rows(runs: list[dict], prompts, modes: list[Mode]) -> list[dict]:
+    """One row per measured prompt (a conversation's turn is one: `<id>#<turn>`) and mode, in
+    the prompts' order."""
     by_key: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         by_key.setdefault((r["prompt_id"], r["mode"]), []).append(r)
+    order = {p.id: i for i, p in enumerate(prompts)}
+    measured = sorted(dict.fromkeys((r["prompt_id"], r["category"]) for r in runs),
+                      key=lambda k: (order.get(k[0].split("#")[0], len(order)), k[0].count("#"),
+                                     int(k[0].rsplit("#", 1)[1]) if "#" in k[0] else 0))
     rows = []
-    for p in prompts:
+    for pid, category in measured:
         for m in modes:
-            reps = sorted(by_key.get((p.id, m.name), []), key=lambda r: r["repeat"])
+            reps = sorted(by_key.get((pid, m.name), []), key=lambda r: r["repeat"])
             if not reps:
                 continue
             ok = [r for r in reps if not r.get("error")]
@@ -59,8 +65,8 @@ def build_rows(runs: list[dict], prompts, modes: list[Mode]) -> list[dict]:
             same = [r.get("same_text_as_plain") for r in ok if r.get("same_text_as_plain") is not None]
             parts_at = next((r["text_parts_at"] for r in ok if r.get("text_parts_at") is not None), None)
             row = {
-                "category": p.category,
-                "prompt_id": p.id,
+                "category": category,
+                "prompt_id": pid,
                 "mode": m.name,
                 "kind": m.kind,
                 "draft_tokens": m.draft_tokens,
@@ -105,8 +111,9 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
     mine = {r["prompt_id"]: r for r in sel if r["mode"] == mode.name and r["tokens_per_second"] is not None}
     f = {"prompts": len(mine)}
     for k in ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "acceptance_rate",
-              "mean_accepted_per_step", "plain_step_share", "peak_memory_bytes", "mean_draft_length", "new_tokens"):
-        f[k] = _median([r[k] for r in mine.values()])
+              "mean_accepted_per_step", "plain_step_share", "peak_memory_bytes", "mean_draft_length", "new_tokens",
+              "mean_plain_step_seconds", "catchup_seconds"):
+        f[k] = _median([r.get(k) for r in mine.values()])
     f["tokens_per_second_min"] = min((r["stats"]["tokens_per_second"]["min"] for r in mine.values()), default=None)
     f["tokens_per_second_max"] = max((r["stats"]["tokens_per_second"]["max"] for r in mine.values()), default=None)
     best: dict[str, dict] = {}  # prompt -> llama.cpp's fastest row there
@@ -152,7 +159,8 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
         "models": models,
         "settings": {
             "prompts": len(prompts),
-            "categories": list(dict.fromkeys(p.category for p in prompts)),
+            "split": settings.get("split"),
+            "categories": list(dict.fromkeys(r["category"] for r in rows)),
             "prompt_file": settings["prompt_file"],
             "max_new_tokens": decode.max_new_tokens,
             "temperature": s.temperature,
@@ -240,8 +248,8 @@ def render_markdown(report: dict, plots: list[str]) -> str:
     exactness, every prompt, memory and method, section by section."""
     view = _View(report)
     L: list[str] = []
-    for section in (_about, _headline, _key_ratios_section, _by_category, _identical, _llamacpp_exactness,
-                    _per_prompt, _memory, _method):
+    for section in (_about, _headline, _key_ratios_section, _by_category, _steps, _identical,
+                    _llamacpp_exactness, _per_prompt, _memory, _method):
         L += section(view)
     if plots:
         L.append("## Figures\n")
@@ -284,7 +292,8 @@ def _about(v: _View) -> list[str]:
              + (f", GPU {gpu['name']}" if gpu else ", no GPU")
              + f"; flags: {', '.join(m['cpu_flags']) or 'n/a'}")
     L.append(f"- **software:** Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}, {m['os']}")
-    L.append(f"- **settings:** {s['prompts']} prompts ({', '.join(s['categories'])}), "
+    half = f" of the {s['split']} half" if s.get("split") else ""
+    L.append(f"- **settings:** {s['prompts']} prompts{half} ({', '.join(s['categories'])}), "
              f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"
              + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not v.greedy else " (greedy)")
              + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)")
@@ -357,6 +366,29 @@ def _by_category(v: _View) -> list[str]:
             for n in spec))
         L.append("")
     return L
+
+
+def _steps(v: _View) -> list[str]:
+    """What a step costs in each mode: a plain step inside a speculative mode must cost what a
+    standard step costs (issue 28); the lowest prompt's speedup beside the median; the draft's
+    reads of text it had not seen."""
+    if STANDARD not in v.has:
+        return []
+    by = v.summary["by_category"]
+    spec = [m.name for m in v.modes if m.proposes]
+    L = ["## Steps: a plain step against a standard step, the lowest prompt, the draft's reads\n",
+         "Per category, medians over prompts of each run's mean plain-step time (standard: every step after "
+         "the first); speedup vs standard as median [lowest prompt]; the draft's catch-up reads (s per answer).\n"]
+    head = ["category", "standard step ms"] + [f"{_mode_label(n)}: plain ms / x std [lowest] / reads s" for n in spec]
+
+    def ms(x):
+        return _f(x * 1000 if x is not None else None, 1)
+
+    L += table(head, ([c, ms(by[c][STANDARD]["mean_plain_step_seconds"])] + [
+        f"{ms(by[c][n]['mean_plain_step_seconds'])} / {_x(by[c][n]['speedup_vs_standard'])} "
+        f"[{_x(by[c][n]['speedup_vs_standard_min'])}] / {_f(by[c][n]['catchup_seconds'])}" for n in spec]
+        for c in v.cats))
+    return L + [""]
 
 
 def _identical(v: _View) -> list[str]:

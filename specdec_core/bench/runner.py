@@ -17,6 +17,15 @@ Both are Stats' own properties for our modes (the one definition the app shows t
 τ counts tokens per speculative step (Stats.mean_accepted_per_step); a mode that proposes
 nothing has none. `kinds` counts the tokens of each kind (no run holds more bonus tokens
 than accepted ones: a bonus needs all of its step's k >= 1 proposals accepted).
+
+A conversation (a prompt with `turns`) runs whole in each mode before the next mode starts:
+the model answers each user turn, its answer goes into the chat, and every turn after the
+first is decoded on the cache the previous turn left (as the app and `specdec serve` run a
+chat; our modes keep both caches, the peers pay each turn's prefill as their own servers
+would without a prompt cache). Each turn is a record of its own, `<id>#<turn>`, in category
+`conversation` (the first turn), `conversation-code` (a later turn whose answer holds a code
+block: code and edits) or `conversation-prose` (a later turn in prose), decided by standard's
+answer in the first repeat so every mode and repeat of a turn lands in the same category.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from dataclasses import dataclass
 
 from ..settings import DecodeSettings
 from .modes import HF_ASSISTED, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
+from .prompts import BenchPrompt
+
+CONVERSATION = "conversation"
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -65,24 +77,33 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                 warmup.append(_public(rec))
                 bar.update(1)
         group = 0
+        turn_kinds: dict[tuple[str, int], str] = {}
         for prompt in prompts:
             for r in range(settings.repeats):
                 shift = group % len(modes)
                 order = modes[shift:] + modes[:shift]
                 repeat = settings.decode.for_sample(r)
-                recs: dict[str, dict] = {}
+                turns: list[dict[str, dict]] = [{} for _ in range(max(len(prompt.conversation), 1))]
                 for pos, mode in enumerate(order):
                     bar.set_postfix_str(f"{prompt.id} #{r + 1} {mode.name}", refresh=False)
-                    rec = run_one(engine, prompt, mode, repeat, memory, hf, llama)
-                    rec["repeat"] = r
-                    rec["order"] = pos
-                    recs[mode.name] = rec
+                    if prompt.conversation:
+                        recs = run_conversation(engine, prompt, mode, repeat, memory, hf, llama)
+                    else:
+                        recs = [run_one(engine, prompt, mode, repeat, memory, hf, llama)]
+                    for t, rec in enumerate(recs):
+                        rec["repeat"] = r
+                        rec["order"] = pos
+                        turns[t][mode.name] = rec
                     bar.update(1)
-                if settings.decode.sampling.greedy:
-                    _mark_identical(recs, engine.tokenizer, near_tie)
-                    _mark_llamacpp_identical(recs)
-                for mode in modes:  # stored in mode order, whatever order they ran in
-                    runs.append(_public(recs[mode.name]))
+                if prompt.conversation:
+                    _name_turns(prompt, turns, turn_kinds)
+                for recs in turns:
+                    if settings.decode.sampling.greedy:
+                        _mark_identical(recs, engine.tokenizer, near_tie)
+                        _mark_llamacpp_identical(recs)
+                    for mode in modes:  # stored in mode order, whatever order they ran in
+                        if mode.name in recs:
+                            runs.append(_public(recs[mode.name]))
                 group += 1
     finally:
         bar.close()
@@ -90,9 +111,45 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
     return {"runs": runs, "warmup": warmup}
 
 
-def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None) -> dict:
+def run_conversation(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None) -> list[dict]:
+    """Every turn of a conversation in one mode, each answer kept in the chat for the next
+    turn; a raw record per turn (fewer when a turn fails or the chat outgrows the context)."""
+    messages: list[dict] = []
+    recs: list[dict] = []
+    for t, user in enumerate(prompt.conversation):
+        messages.append({"role": "user", "content": user})
+        if t and not engine.fit(messages, settings.max_new_tokens).fits:
+            break
+        turn = BenchPrompt(f"{prompt.id}#{t + 1}", prompt.category, tuple(messages), prompt.split)
+        rec = run_one(engine, turn, mode, settings, memory, hf, llama, reuse_cache=t > 0)
+        rec["turn"] = t + 1
+        recs.append(rec)
+        if rec.get("error") or rec.get("text") is None:
+            break
+        messages.append({"role": "assistant", "content": rec["text"]})
+    return recs
+
+
+def _name_turns(prompt, turns: list[dict[str, dict]], kinds: dict[tuple[str, int], str]) -> None:
+    """Each turn's category (the runner's docstring), fixed at its first repeat."""
+    for t, recs in enumerate(turns):
+        if not recs:
+            continue
+        if (prompt.id, t) not in kinds:
+            ref = recs.get(STANDARD) or next(iter(recs.values()))
+            kinds[(prompt.id, t)] = (CONVERSATION if t == 0 else
+                                     f"{CONVERSATION}-code" if "```" in (ref.get("text") or "") else
+                                     f"{CONVERSATION}-prose")
+        for rec in recs.values():
+            rec["category"] = kinds[(prompt.id, t)]
+
+
+def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None,
+            reuse_cache: bool = False) -> dict:
     """One measured generation with `settings` (those of this repeat; the mode sets its own
-    mode, proposer and k); a raw record (with token ids and events for the identity check)."""
+    mode, proposer and k); a raw record (with token ids and events for the identity check).
+    reuse_cache: a conversation's later turn, decoded on the cache the previous turn left (our
+    modes; a peer runs the whole chat again)."""
     gc.collect()
     rec = {"prompt_id": prompt.id, "category": prompt.category, "mode": mode.name, "kind": mode.kind,
            "draft_tokens": mode.draft_tokens, "error": None}
@@ -106,7 +163,7 @@ def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=Non
             rec.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300], tokens_per_second=None,
                        token_ids=None, events=None)
             return rec
-    return _run_engine(engine, prompt, mode, settings, memory, rec)
+    return _run_engine(engine, prompt, mode, settings, memory, rec, reuse_cache)
 
 
 def _run_llamacpp(engine, prompt, mode, settings: DecodeSettings, llama, rec) -> dict:
@@ -164,12 +221,12 @@ def _mark_llamacpp_identical(recs: dict[str, dict]) -> None:
         rec["text_parts_at"] = at
 
 
-def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec) -> dict:
+def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reuse_cache: bool = False) -> dict:
     memory.start()
     t0 = time.perf_counter()
     ids = engine.encode_chat(list(prompt.messages))
     t_tok = time.perf_counter()
-    gen = engine.generate(ids, mode.settings(settings))
+    gen = engine.generate(ids, mode.settings(settings), reuse_cache=reuse_cache)
     first = None
     for _ev in gen:
         if first is None:
@@ -202,6 +259,16 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec) -> 
         mean_draft_length=(sum(s.draft_lengths) / len(s.draft_lengths)) if proposes and s.draft_lengths else None,
         peak_memory_bytes=peak,
         stop_reason=s.stop_reason,
+        reused_prompt_tokens=s.reused_prompt_tokens,
+        # a plain step's time inside this mode (standard: every step after the first), the
+        # draft's reads of text it had not seen, and what each source's steps took
+        mean_plain_step_seconds=s.mean_plain_step_seconds or None,
+        catchup_seconds=s.catchup_seconds,
+        catchup_tokens=s.catchup_tokens,
+        steps_by_source=dict(s.steps_by_source),
+        proposed_by_source=dict(s.proposed_by_source),
+        accepted_by_source=dict(s.accepted_by_source),
+        seconds_by_source=dict(s.seconds_by_source),
         text=text,
         token_ids=gen.token_ids,
         events=list(gen.events),

@@ -24,9 +24,13 @@ def add_parser(sub) -> None:
                     "DIR/report.json, DIR/report.md and PNG figures.",
     )
     add_model_args(b)
-    b.add_argument("--prompts", metavar="FILE",
-                   help='JSONL of {"category": ..., "prompt": ...} or {"category": ..., "messages": [...]} '
-                        "(default: the built-in set, assets/bench_prompts.jsonl)")
+    b.add_argument("--prompts", metavar="FILE|corpus|classic",
+                   help='JSONL of {"category": ..., "prompt": ...}, {"category": ..., "messages": [...]} or '
+                        '{"category": ..., "turns": [...]} (a conversation); or a built-in set: corpus (the default, '
+                        "assets/bench_corpus.jsonl: 170 prompts, 14 kinds of text, split into tuning and holdout "
+                        "halves) or classic (assets/bench_prompts.jsonl, the 18 prompts of the earlier reports)")
+    b.add_argument("--split", choices=("tuning", "holdout"), default=None,
+                   help="only that half of the prompt set (tune on tuning, report holdout on its own)")
     b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
     b.add_argument("--limit", type=int_at_least("--limit"), metavar="N", help="at most N prompts per category")
     b.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
@@ -47,7 +51,7 @@ def add_parser(sub) -> None:
                         "speculative decoding on the same GGUF files (needs --llama-cpp)")
     b.add_argument("--llama-cpp", metavar="DIR", default=None,
                    help="the folder with llama.cpp's llama-completion and llama-speculative-simple "
-                        "(default: $SPECDEC_LLAMA_CPP; `bash ../shared/tools/build-llamacpp.sh` builds them)")
+                        "(default: $SPECDEC_LLAMA_CPP; `bash scripts/build-llamacpp.sh` builds them)")
     b.add_argument("--note", default=None, help="a sentence about the conditions, copied into the report")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--out", required=True, metavar="DIR", help="where report.json, report.md and the PNGs go")
@@ -60,6 +64,8 @@ def command_line(args, server: bool = False) -> str:
     parts = ["specdec", "bench", "--target", args.target] + (["--draft", args.draft] if local else [])
     if args.prompts:
         parts += ["--prompts", args.prompts]
+    if args.split:
+        parts += ["--split", args.split]
     if args.categories:
         parts += ["--categories", args.categories]
     if args.limit:
@@ -114,7 +120,7 @@ def _plan(args) -> Plan:
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     if args.categories is not None and not cats:
         raise BenchError("--categories: give at least one category name, e.g. code,chat")
-    prompts = load_prompts(args.prompts, cats, args.limit)
+    prompts = load_prompts(args.prompts, cats, args.limit, args.split)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out: {str(out)!r} is a file, not a folder")
@@ -168,7 +174,7 @@ def _run_local(args) -> int:
         raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
-    settings = {"prompt_file": Path(args.prompts).name if args.prompts else "assets/bench_prompts.jsonl",
+    settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
                 "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads()}
     report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
@@ -176,6 +182,14 @@ def _run_local(args) -> int:
     write_report(plan.out, report)
     _print_summary(report, plan.out)
     return 0
+
+
+def _prompt_file(prompts: str | None) -> str:
+    from ..bench.prompts import BUILTIN_PROMPTS, BUILTIN_SETS
+
+    if prompts is None or prompts in BUILTIN_SETS:
+        return f"assets/{BUILTIN_SETS.get(prompts, BUILTIN_PROMPTS)}"
+    return Path(prompts).name
 
 
 def _fitting(engine, plan: Plan) -> tuple[list, list[dict]]:
