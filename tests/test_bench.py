@@ -380,3 +380,9 @@ def test_a_conversation_is_measured_turn_by_turn_on_the_cache_the_last_turn_left
         assert (rec["reused_prompt_tokens"] > 0) == (rec["turn"] > 1)
         assert rec["mean_plain_step_seconds"] is None or rec["mean_plain_step_seconds"] > 0
     assert "## Steps: a plain step against a standard step" in (out / "report.md").read_text()
+
+
+def test_draft_tokens_default_measures_the_default_beside_standard():
+    from specdec_core.bench.modes import build_modes, parse_draft_lengths
+
+    assert [m.name for m in build_modes(parse_draft_lengths("default"), None, False)] == ["standard", "default"]

@@ -65,10 +65,13 @@ class Mode:
 
 
 def parse_draft_lengths(value: str) -> list[int | str]:
-    """"1,2,4,8,adaptive" -> [1, 2, 4, 8, "adaptive"]; "none" -> [] (no draft-model modes)."""
+    """"1,2,4,8,adaptive" -> [1, 2, 4, 8, "adaptive"]; "none" -> [] (no draft-model modes);
+    "default" -> ["default"]: the default mode alone beside standard (what a user gets)."""
     value = value.strip()
     if value == "none":
         return []
+    if value == DEFAULT:
+        return [DEFAULT]
     out: list[int | str] = []
     for part in value.split(","):
         part = part.strip()
@@ -81,7 +84,7 @@ def parse_draft_lengths(value: str) -> list[int | str]:
                 k = int(part)
             except ValueError:
                 raise BenchError(f"--draft-tokens takes a comma-separated list of k >= 1 and/or 'adaptive' "
-                                 f"(or 'none'), got {part!r}") from None
+                                 f"(or 'none', or 'default' alone), got {part!r}") from None
             if k < 1:
                 raise BenchError(f"--draft-tokens: each k must be >= 1, got {k}")
         if k not in out:
@@ -125,7 +128,7 @@ def build_modes(draft_lengths: list[int | str], lookup_tokens: int | str | None,
     modes = [Mode(STANDARD, STANDARD)]
     if draft_lengths:  # a draft is loaded: the default, as a user gets it
         modes.append(Mode(DEFAULT, DEFAULT, "adaptive"))
-    fixed = sorted(k for k in draft_lengths if k != "adaptive")
+    fixed = sorted(k for k in draft_lengths if k not in ("adaptive", DEFAULT))
     for k in fixed:
         modes.append(Mode(f"speculative k={k}", "speculative", k))
     if "adaptive" in draft_lengths:

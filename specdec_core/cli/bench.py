@@ -34,8 +34,9 @@ def add_parser(sub) -> None:
     b.add_argument("--categories", metavar="A,B", help="only these categories (e.g. code,chat)")
     b.add_argument("--limit", type=int_at_least("--limit"), metavar="N", help="at most N prompts per category")
     b.add_argument("--max-new-tokens", type=int_at_least("--max-new-tokens"), default=128)
-    b.add_argument("--draft-tokens", default="1,2,4,8,adaptive", metavar="K,K,...|adaptive|none",
-                   help="draft lengths to measure, comma-separated (default 1,2,4,8,adaptive); 'none' = no draft model")
+    b.add_argument("--draft-tokens", default="1,2,4,8,adaptive", metavar="K,K,...|adaptive|none|default",
+                   help="draft lengths to measure, comma-separated (default 1,2,4,8,adaptive); 'none' = no draft "
+                        "model; 'default' = only the default mode beside standard")
     b.add_argument("--lookup-tokens", default="4", metavar="K|adaptive|none",
                    help="draft length of the prompt-lookup proposer (default 4); 'none' skips that mode")
     b.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (and the identical-text check)")
