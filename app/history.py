@@ -212,7 +212,7 @@ class History:
             self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA foreign_keys = ON")
         # every commit reaches the disk before it returns: a power cut loses at most the write
-        # in flight (a streaming answer is committed at least once a second, app/main_window)
+        # in flight (a streaming answer is committed at least once a second, app/generation_control)
         self.db.execute("PRAGMA synchronous = FULL")
         self.fts = _fts_available()
         self.migrated_from = migrate(self.db, self.fts)

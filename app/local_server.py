@@ -55,9 +55,10 @@ class LocalServerController(QObject):
 
     changed = Signal()
 
-    def __init__(self, window) -> None:
+    def __init__(self, window, models) -> None:
         super().__init__(window)
         self.window = window
+        self.models = models  # app/model_loading.ModelLoading: whether models are loaded
         self.server = None  # specdec_core.serve.runner.LocalServer while it runs
         self.config = ServeConfig()
         self._resume = False  # it ran when a load began: start it again on the new models
@@ -103,7 +104,7 @@ class LocalServerController(QObject):
         engine = self.window.worker.engine
         if isinstance(engine, QueuedEngine):
             engine = engine.inner
-        if engine is None or not self.window.ready:
+        if engine is None or not self.models.ready:
             return "Load models first (File ▸ Load models…): the server serves the models loaded here."
         if engine.server_info() is not None:
             return ("The target is a server: the local server serves models loaded here. Load models with "
@@ -254,10 +255,10 @@ class LocalServerDialog(QDialog):
             self.example.setText("")
 
 
-def add_local_server(window) -> LocalServerController:
+def add_local_server(window, models) -> LocalServerController:
     """The main window's hook: View ▸ Local server… (window.view_menu), and the address in its
     status bar while it serves."""
-    controller = LocalServerController(window)
+    controller = LocalServerController(window, models)
     action = QAction("&Local server…", window)
     action.triggered.connect(controller.open_dialog)
     window.view_menu.addAction(action)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     # the window keeps the theme from here: the command line's, else the one View chose last
     win = MainWindow(args.data_dir, theme, load_request_from_args(args), theme_mode=args.theme or "saved")
     win.show()
-    win.start_loading()
+    win.models.start_loading()
     rc = app.exec()
     ended = win.shutdown()
     collector.stop()

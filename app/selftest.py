@@ -51,12 +51,12 @@ def run_self_test(load_request, data_dir: str | None = None, timeout: float = 90
     win.models_ready.connect(lambda: state.update(loaded=True))
     win.load_error.connect(lambda m: state.update(error=m))
     t0 = time.monotonic()
-    win.start_loading()
+    win.models.start_loading()
     _wait(app, lambda: state["loaded"] or state["error"], timeout)
     check("models load", state["loaded"], state["error"] or f"{time.monotonic() - t0:.1f} s")
     if state["loaded"]:  # which kernels the bundle runs on (the CPU kernel's build this CPU chose)
         for role in ("target", "draft"):
-            kernels = (win.model_info.get(role) or {}).get("kernels")
+            kernels = (win.models.model_info.get(role) or {}).get("kernels")
             if kernels:
                 print(f"     {role} kernels: {kernels}", file=out, flush=True)
         win.side_panel.max_new.setValue(12)
@@ -66,10 +66,10 @@ def run_self_test(load_request, data_dir: str | None = None, timeout: float = 90
                 win.side_panel.proposer.setCurrentIndex(win.side_panel.proposer.findData("prompt-lookup"))
             done = {"reason": None}
             conn = win.message_done.connect(lambda r: done.update(reason=r))
-            sent = win.send("Say hello in five words.")
+            sent = win.generation.send("Say hello in five words.")
             _wait(app, lambda: done["reason"] is not None, timeout)
             win.message_done.disconnect(conn)
-            kinds = [t.kind for t in win.messages[-1].tokens] if sent and done["reason"] else []
+            kinds = [t.kind for t in win.chats.messages[-1].tokens] if sent and done["reason"] else []
             check(f"{mode}: tokens generated", bool(kinds), f"{len(kinds)} tokens, stop {done['reason']}")
             ok = bool(kinds) and set(kinds) <= expected and kinds.count("bonus") <= kinds.count("accepted")
             check(f"{mode}: token kinds", ok, ", ".join(f"{k} {kinds.count(k)}" for k in sorted(set(kinds))))

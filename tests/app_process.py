@@ -27,7 +27,7 @@ def print_shown(win, interval_ms: int = 10):
     last = {"n": -1}
 
     def report() -> None:
-        n = len(win.active.events) if win.active is not None else last["n"]
+        n = len(win.generation.active.events) if win.generation.active is not None else last["n"]
         if n != last["n"]:
             last["n"] = n
             print(f"shown {n}", flush=True)
@@ -58,9 +58,9 @@ def main() -> int:
     win.side_panel.k_spin.setValue(3)
     win.show()
     timer = print_shown(win)  # noqa: F841 -- runs while the app does
-    win.models_ready.connect(lambda: win.send(prompt))
+    win.models_ready.connect(lambda: win.generation.send(prompt))
     win.message_done.connect(lambda reason: print(f"done {reason}", flush=True))
-    win.start_loading()
+    win.models.start_loading()
     rc = app.exec()
     win.shutdown()
     collector.stop()

@@ -189,7 +189,7 @@ def make_window(qtbot, tmp_path):
         win.side_panel.max_new.setValue(max_new)
         if load:
             with qtbot.waitSignal(win.models_ready, timeout=60_000):
-                win.start_loading()
+                win.models.start_loading()
         return win
 
     yield make

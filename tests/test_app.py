@@ -42,7 +42,7 @@ def record(*signals):
 
 def send_and_wait(qtbot, win, text):
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as blocker:
-        assert win.send(text)
+        assert win.generation.send(text)
     return blocker.args[0]
 
 
@@ -135,25 +135,25 @@ def test_send_stream_finish_history_round_trip(qtbot, make_window, tmp_path):
     requests = []
     original = win.worker.request_generate
     win.worker.request_generate = lambda r: (requests.append(r), original(r))
-    win.system_prompt.setPlainText("you are a cat")
+    win.page.system_prompt.setPlainText("you are a cat")
     assert send_and_wait(qtbot, win, "is the cat on the mat") == "max_new_tokens"
     assert sum(batches) == 10
-    user, reply = win.messages
+    user, reply = win.chats.messages
     assert (user.role, user.content) == ("user", "is the cat on the mat")
     assert reply.role == "assistant" and len(reply.tokens) == 10
     assert reply.content == "".join(t.text for t in reply.tokens) and reply.content.strip()
     assert reply.stats["mode"] == "speculative" and reply.stats["new_tokens"] == 10
     # the bubble shows the streamed text
-    bubble = win.chat_view.messages[-1]
+    bubble = win.page.chat_view.messages[-1]
     assert bubble.role == "assistant" and not bubble.streaming
     assert bubble.text == reply.content
     assert [t.kind for t in bubble.tokens] == [t.kind for t in reply.tokens]
     # saved in SQLite as it finished
     h = History(tmp_path / "data")
-    stored = h.messages(win.chat_id)
-    assert [(m.role, m.content) for m in stored] == [(m.role, m.content) for m in win.messages]
+    stored = h.messages(win.chats.chat_id)
+    assert [(m.role, m.content) for m in stored] == [(m.role, m.content) for m in win.chats.messages]
     assert [t.kind for t in stored[1].tokens] == [t.kind for t in reply.tokens]
-    assert h.system_prompt(win.chat_id) == "you are a cat"
+    assert h.system_prompt(win.chats.chat_id) == "you are a cat"
     h.close()
     # multi-turn: the second request carries system prompt + the whole conversation
     send_and_wait(qtbot, win, "and the hat")
@@ -163,7 +163,7 @@ def test_send_stream_finish_history_round_trip(qtbot, make_window, tmp_path):
         {"role": "assistant", "content": reply.content}, {"role": "user", "content": "and the hat"}]
     assert requests[0].request_id != requests[1].request_id
     # export as Markdown
-    md = win.export_markdown(tmp_path / "chat.md").read_text()
+    md = win.chats.export_markdown(tmp_path / "chat.md").read_text()
     assert "## You" in md and "is the cat on the mat" in md and reply.content.strip() in md
     assert "you are a cat" in md
 
@@ -173,18 +173,18 @@ def test_toggle_changes_kinds_of_next_message(qtbot, make_window):
     engine = win.worker.engine
     win.side_panel.set_mode("standard")
     send_and_wait(qtbot, win, "is the cat on the mat")
-    assert {t.kind for t in win.messages[-1].tokens} == {"standard"}
+    assert {t.kind for t in win.chats.messages[-1].tokens} == {"standard"}
     win.side_panel.mode_button.click()  # one click: speculative from the next message
     assert win.side_panel.mode == "speculative"
     send_and_wait(qtbot, win, "is the cat on the mat")
-    kinds = [t.kind for t in win.messages[-1].tokens]
+    kinds = [t.kind for t in win.chats.messages[-1].tokens]
     assert set(kinds) <= SPEC_KINDS and "accepted" in kinds
     assert kinds[0] == "standard" and kinds.count("bonus") <= kinds.count("accepted")
     assert win.worker.engine is engine  # no reload
-    assert win.messages[-1].stats["acceptance_rate"] > 0
+    assert win.chats.messages[-1].stats["acceptance_rate"] > 0
     win.side_panel.mode_button.click()
     send_and_wait(qtbot, win, "the hat")
-    assert {t.kind for t in win.messages[-1].tokens} == {"standard"}
+    assert {t.kind for t in win.chats.messages[-1].tokens} == {"standard"}
 
 
 def test_prompt_lookup_proposer_and_adaptive(qtbot, make_window):
@@ -192,44 +192,44 @@ def test_prompt_lookup_proposer_and_adaptive(qtbot, make_window):
     win.side_panel.proposer.setCurrentIndex(win.side_panel.proposer.findData("prompt-lookup"))
     win.side_panel.adaptive.setChecked(True)
     send_and_wait(qtbot, win, "the cat the cat the cat")
-    stats = win.messages[-1].stats
+    stats = win.chats.messages[-1].stats
     assert stats["proposer"] == "prompt-lookup" and stats["settings"]["draft_tokens"] == "adaptive"
-    assert {t.kind for t in win.messages[-1].tokens} <= SPEC_KINDS
+    assert {t.kind for t in win.chats.messages[-1].tokens} <= SPEC_KINDS
 
 
 def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=200)
     with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
-        assert win.send("is the cat on the mat")
-    stopped_id = win.active.request.request_id
-    running = dict(win.active.stats)  # the engine's stats of the batches shown so far
+        assert win.generation.send("is the cat on the mat")
+    stopped_id = win.generation.active.request.request_id
+    running = dict(win.generation.active.stats)  # the engine's stats of the batches shown so far
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as b:
-        win.stop()
+        win.generation.stop()
     assert b.args[0] == "cancelled"
-    stopped = win.messages[-1]
+    stopped = win.chats.messages[-1]
     n = len(stopped.tokens)
     assert 0 < n < 200
     # a stopped message saves the engine's stats of exactly the tokens it kept, not a recount
     assert running["new_tokens"] == n and stopped.stats["stop_reason"] == "cancelled"
     assert {k: stopped.stats[k] for k in running if k != "stop_reason"} == {
         k: v for k, v in running.items() if k != "stop_reason"}
-    bubble = win.chat_view.messages[-1]
+    bubble = win.page.chat_view.messages[-1]
     text = bubble.text
     # the worker ends the cancelled generation and says so, without sending more tokens
     with qtbot.waitSignal(win.sig.finished, timeout=TIMEOUT, check_params_cb=lambda rid, s: rid == stopped_id) as f:
         pass
     assert f.args[1]["stop_reason"] == "cancelled"
     qtbot.wait(100)
-    assert len(win.messages[-1].tokens) == n
+    assert len(win.chats.messages[-1].tokens) == n
     assert len(bubble.tokens) == n and bubble.text == text
     # a new message right away gets only its own tokens
     win.side_panel.max_new.setValue(6)
     send_and_wait(qtbot, win, "the hat")
-    assert len(win.messages[-1].tokens) == 6 and len(win.chat_view.messages[-1].tokens) == 6
-    assert len(win.messages[-3].tokens) == n and win.chat_view.messages[-3].text == text
+    assert len(win.chats.messages[-1].tokens) == 6 and len(win.page.chat_view.messages[-1].tokens) == 6
+    assert len(win.chats.messages[-3].tokens) == n and win.page.chat_view.messages[-3].text == text
     # the stopped message was saved, marked as stopped
     h = History(tmp_path / "data")
-    saved = h.messages(win.chat_id)
+    saved = h.messages(win.chats.chat_id)
     h.close()
     assert len(saved) == 4 and len(saved[1].tokens) == n and saved[1].stats["stop_reason"] == "cancelled"
 
@@ -255,14 +255,14 @@ def test_the_side_panel_shows_the_engines_figures_live_and_final(qtbot, make_win
         assert e2e == figures.rate(stats["tokens_per_second"])
         assert (alpha, tau) == (figures.alpha(stats), figures.tau(stats))
         assert plain == figures.share(stats["plain_step_share"])
-    final = win.messages[-1].stats
+    final = win.chats.messages[-1].stats
     assert {k: final[k] for k in shown[-1][0]} == shown[-1][0]
     p = win.side_panel
     assert p.m_speed.value.text() == shown[-1][1] == figures.rate(final["decode_tokens_per_second"])
     assert p.m_e2e.value.text() == figures.rate(final["tokens_per_second"])
     assert p.m_speed.caption.text() == "tok/s decode" and p.m_e2e.caption.text() == "tok/s end-to-end"
     # the message header says which rate is which
-    meta = win.chat_view.messages[-1].meta_label.text()
+    meta = win.page.chat_view.messages[-1].meta_label.text()
     assert f"{final['decode_tokens_per_second']:.1f} tok/s decode" in meta
     assert f"{final['tokens_per_second']:.1f} tok/s end-to-end" in meta and "plain steps" in meta
     # everything the panel shows fits it at the window's default width: nothing cut at its edge
@@ -285,7 +285,7 @@ def test_the_models_box_lists_the_load_notes(qtbot, make_window, tmp_path):
     text = win.side_panel.target_label.text()
     for note in notes:
         assert html.escape(note) in text
-    assert win.model_info["target"]["notes"] == notes
+    assert win.models.model_info["target"]["notes"] == notes
 
 
 def test_a_chat_too_long_for_the_context_offers_to_drop_the_oldest_turns(qtbot, make_window, tmp_path):
@@ -299,69 +299,69 @@ def test_a_chat_too_long_for_the_context_offers_to_drop_the_oldest_turns(qtbot, 
     send_and_wait(qtbot, win, "the cat sat on the mat " * 30)
     win.side_panel.max_new.setValue(200)  # ~410 prompt tokens + 200 > 512; without the first turn it fits
     with qtbot.waitSignal(win.sig.too_long, timeout=TIMEOUT) as b:
-        assert win.send("the hat is on the cat " * 30)
+        assert win.generation.send("the hat is on the cat " * 30)
     info = b.args[1]
     assert info.context == 512 and info.prompt_tokens + 200 > 512 and info.drop == 2
-    box = win.context_dialog
+    box = win.generation.context_dialog
     assert box.isVisible() and "512" in box.text() and "oldest 2" in box.informativeText()
-    assert win.active is None and len(win.chat_view.messages) == 3  # no empty answer left behind
+    assert win.generation.active is None and len(win.page.chat_view.messages) == 3  # no empty answer left behind
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         box.drop_button.click()
     assert requests[-1].dropped == 2 and requests[-1].messages == requests[-2].messages
-    assert [m.role for m in win.messages] == ["user", "assistant", "user", "assistant"]
+    assert [m.role for m in win.chats.messages] == ["user", "assistant", "user", "assistant"]
     h = History(tmp_path / "data")
-    assert [m.content for m in h.messages(win.chat_id)] == [m.content for m in win.messages]
+    assert [m.content for m in h.messages(win.chats.chat_id)] == [m.content for m in win.chats.messages]
     h.close()
     # a single message longer than the context: nothing to drop, the dialog says what to shorten
-    win.new_chat()
+    win.chats.new_chat()
     with qtbot.waitSignal(win.sig.too_long, timeout=TIMEOUT) as b:
-        assert win.send("the cat sat on the mat " * 90)
+        assert win.generation.send("the cat sat on the mat " * 90)
     assert b.args[1].drop is None
-    box = win.context_dialog
+    box = win.generation.context_dialog
     assert box.drop_button is None and "shorten it" in box.informativeText()
-    assert [m.role for m in win.messages] == ["user"]  # the message itself is saved
+    assert [m.role for m in win.chats.messages] == ["user"]  # the message itself is saved
 
 
 def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.01)), max_new=100)
     with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
-        win.send("the cat")
-    old = win.active.request.request_id
+        win.generation.send("the cat")
+    old = win.generation.active.request.request_id
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        win.stop()
-    stale = win.messages[-1].tokens[0]
+        win.generation.stop()
+    stale = win.chats.messages[-1].tokens[0]
     win.side_panel.max_new.setValue(3)
-    win.send("the hat")
-    live = win.active.widget
+    win.generation.send("the hat")
+    live = win.generation.active.widget
     before = list(live.tokens)
     from specdec_core.events import TokenEvent, TokenKind
 
-    win._on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], {"new_tokens": 99})
-    assert live.tokens == before and win.active.stats.get("new_tokens") != 99  # neither shown nor counted
+    win.generation.on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], {"new_tokens": 99})
+    assert live.tokens == before and win.generation.active.stats.get("new_tokens") != 99  # neither shown nor counted
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         pass
-    assert "STALE" not in win.messages[-1].content and len(win.messages[-1].tokens) == 3
+    assert "STALE" not in win.chats.messages[-1].content and len(win.chats.messages[-1].tokens) == 3
 
 
 def test_regenerate_and_new_chat(qtbot, make_window):
     win = make_window(max_new=6)
     win.side_panel.temperature.setValue(1.0)
     send_and_wait(qtbot, win, "the cat")
-    first = win.messages[-1]
+    first = win.chats.messages[-1]
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        win.regenerate()
-    assert len(win.messages) == 2 and win.messages[-1] is not first
-    assert win.messages[-1].stats["settings"]["seed"] != first.stats["settings"]["seed"]
-    assert len(win.chat_view.messages) == 2
-    h = History(win.history.data_dir)
-    assert len(h.messages(win.chat_id)) == 2  # the branch shown: the question and the new answer
-    assert len(h.all_messages(win.chat_id)) == 3  # the first answer is kept, a version of the new one
+        win.generation.regenerate()
+    assert len(win.chats.messages) == 2 and win.chats.messages[-1] is not first
+    assert win.chats.messages[-1].stats["settings"]["seed"] != first.stats["settings"]["seed"]
+    assert len(win.page.chat_view.messages) == 2
+    h = History(win.store.history.data_dir)
+    assert len(h.messages(win.chats.chat_id)) == 2  # the branch shown: the question and the new answer
+    assert len(h.all_messages(win.chats.chat_id)) == 3  # the first answer is kept, a version of the new one
     h.close()
-    chat = win.chat_id
-    win.new_chat()
-    assert win.chat_id is None and not win.chat_view.messages and win.messages == []
+    chat = win.chats.chat_id
+    win.chats.new_chat()
+    assert win.chats.chat_id is None and not win.page.chat_view.messages and win.chats.messages == []
     send_and_wait(qtbot, win, "the hat")
-    assert win.chat_id != chat and win.chat_list.chats.count() == 2
+    assert win.chats.chat_id != chat and win.chat_list.chats.count() == 2
 
 
 def test_error_dialog_on_bad_model_path_and_app_stays_usable(qtbot, make_window, tmp_path):
@@ -369,17 +369,17 @@ def test_error_dialog_on_bad_model_path_and_app_stays_usable(qtbot, make_window,
     empty.mkdir()
     win = make_window(request=LoadRequest(str(empty), None, "cpu"), load=False)
     with qtbot.waitSignal(win.load_error, timeout=TIMEOUT) as b:
-        win.start_loading()
+        win.models.start_loading()
     box = win.last_error_dialog
     assert isinstance(box, QMessageBox) and box.isVisible()
     assert box.icon() == QMessageBox.Icon.Critical and box.text() == b.args[0] and b.args[0]
-    assert not win.send_button.isEnabled() and not win.send("the cat")
+    assert not win.page.send_button.isEnabled() and not win.generation.send("the cat")
     box.close()
     # still usable: load a working pair and chat
     with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-        win.start_loading(LoadRequest(factory=tiny_factory()))
+        win.models.start_loading(LoadRequest(factory=tiny_factory()))
     send_and_wait(qtbot, win, "the cat")
-    assert win.messages[-1].role == "assistant" and win.messages[-1].tokens
+    assert win.chats.messages[-1].role == "assistant" and win.chats.messages[-1].tokens
 
 
 def test_history_shows_an_earlier_builds_plain_step_bonus_as_standard(tmp_path):
@@ -409,7 +409,7 @@ def test_persistence_across_restart(qtbot, make_window, tmp_path):
     data = tmp_path / "persist"
     win = make_window(data_dir=data)
     send_and_wait(qtbot, win, "is the cat on the mat")
-    before = [(m.role, m.content, [(t.text, t.kind, t.step, t.draft_position) for t in m.tokens]) for m in win.messages]
+    before = [(m.role, m.content, [(t.text, t.kind, t.step, t.draft_position) for t in m.tokens]) for m in win.chats.messages]
     assert win.shutdown()
     win.close()
 
@@ -417,10 +417,10 @@ def test_persistence_across_restart(qtbot, make_window, tmp_path):
     assert again.chat_list.chats.count() == 1
     item = again.chat_list.chats.item(0)
     assert item.text() == "is the cat on the mat"
-    again.open_chat(item.data(Qt.ItemDataRole.UserRole))
-    after = [(m.role, m.content, [(t.text, t.kind, t.step, t.draft_position) for t in m.tokens]) for m in again.messages]
+    again.chats.open_chat(item.data(Qt.ItemDataRole.UserRole))
+    after = [(m.role, m.content, [(t.text, t.kind, t.step, t.draft_position) for t in m.tokens]) for m in again.chats.messages]
     assert after == before
-    bubble = again.chat_view.messages[-1]
+    bubble = again.page.chat_view.messages[-1]
     assert [t.kind for t in bubble.tokens] == [k for _, k, _, _ in before[1][2]]
     # colours come back: some rendered character carries its token's background
     doc = bubble.view.document()
@@ -498,13 +498,13 @@ def test_keyboard(qtbot, make_window):
     from PySide6.QtTest import QTest
 
     win = make_window(max_new=4)
-    QTest.keyClicks(win.composer, "the cat")
-    QTest.keyClick(win.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
-    QTest.keyClicks(win.composer, "on the mat")
-    assert win.composer.toPlainText() == "the cat\non the mat"
+    QTest.keyClicks(win.page.composer, "the cat")
+    QTest.keyClick(win.page.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    QTest.keyClicks(win.page.composer, "on the mat")
+    assert win.page.composer.toPlainText() == "the cat\non the mat"
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        QTest.keyClick(win.composer, Qt.Key.Key_Return)
-    assert win.messages[0].content == "the cat\non the mat" and win.composer.toPlainText() == ""
+        QTest.keyClick(win.page.composer, Qt.Key.Key_Return)
+    assert win.chats.messages[0].content == "the cat\non the mat" and win.page.composer.toPlainText() == ""
     assert win.stop_action.shortcut() == QKeySequence("Esc")
     assert win.quit_action.shortcut() == QKeySequence("Ctrl+Q")
 

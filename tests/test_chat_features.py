@@ -35,17 +35,17 @@ SPEC_KINDS = {"accepted", "corrected", "bonus", "standard"}
 
 def send_and_wait(qtbot, win, text=None):
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as blocker:
-        assert win.send(text)
+        assert win.generation.send(text)
     return blocker.args[0]
 
 
 def wait_count(qtbot, win):
     """The context meter's answer to the chat as it is now (counted in its own thread)."""
-    before = win._count_job
-    win._schedule_count()
-    qtbot.waitUntil(lambda: win._count_job > before and not win._count_timer.isActive()
-                    and win.meter.count is not None and win.meter.count.job_id == win._count_job, timeout=TIMEOUT)
-    return win.meter.count
+    before = win.context.job
+    win.context.schedule()
+    qtbot.waitUntil(lambda: win.context.job > before and not win.context.timer.isActive()
+                    and win.page.meter.count is not None and win.page.meter.count.job_id == win.context.job, timeout=TIMEOUT)
+    return win.page.meter.count
 
 
 def show(qtbot, win):
@@ -57,7 +57,7 @@ def show(qtbot, win):
 
 
 def bubble_of(win, message):
-    return next(w for w in win.chat_view.messages if w.message is message)
+    return next(w for w in win.page.chat_view.messages if w.message is message)
 
 
 # -- 1. edit and branch, versions ---------------------------------------------------------------
@@ -65,42 +65,42 @@ def test_editing_a_sent_message_makes_a_branch_and_keeps_the_old_one(qtbot, make
     win = make_window(max_new=6)
     send_and_wait(qtbot, win, "the cat")
     send_and_wait(qtbot, win, "the hat")
-    first_q, first_a, second_q, second_a = win.messages
+    first_q, first_a, second_q, second_a = win.chats.messages
     # Up in the empty input box edits the last message sent
-    win.composer.setFocus()
-    QTest.keyClick(win.composer, Qt.Key.Key_Up)
-    assert win.editing is second_q and win.composer.toPlainText() == "the hat" and not win.edit_banner.isHidden()
-    win.cancel_edit()
+    win.page.composer.setFocus()
+    QTest.keyClick(win.page.composer, Qt.Key.Key_Up)
+    assert win.chats.editing is second_q and win.page.composer.toPlainText() == "the hat" and not win.page.edit_banner.isHidden()
+    win.chats.cancel_edit()
     # Edit on the first question: the rest of the chat becomes the old branch
     bubble_of(win, first_q).edit_button.click()
-    assert win.editing is first_q
-    win.composer.setPlainText("the mat")
+    assert win.chats.editing is first_q
+    win.page.composer.setPlainText("the mat")
     send_and_wait(qtbot, win)
-    q, a = win.messages
+    q, a = win.chats.messages
     assert q.content == "the mat" and q.parent is None and a.parent is q
-    assert win.conversation.version(q) == (2, 2)
+    assert win.chats.conversation.version(q) == (2, 2)
     w = bubble_of(win, q)
     assert w.version_label.text() == "2/2" and not w.prev_button.isHidden() and not w.next_button.isEnabled()
-    assert len(win.chat_view.messages) == 2
+    assert len(win.page.chat_view.messages) == 2
     # ‹ back to the first version: the old branch, whole, with its answers
     w.prev_button.click()
-    assert win.messages == [first_q, first_a, second_q, second_a]
-    assert [b.message for b in win.chat_view.messages] == win.messages
+    assert win.chats.messages == [first_q, first_a, second_q, second_a]
+    assert [b.message for b in win.page.chat_view.messages] == win.chats.messages
     assert bubble_of(win, first_q).version_label.text() == "1/2"
     # the request after an edit carries only the new branch
     requests = []
     original = win.worker.request_generate
     win.worker.request_generate = lambda r: (requests.append(r), original(r))
-    win.switch_version(first_q, 1)
+    win.chats.switch_version(first_q, 1)
     send_and_wait(qtbot, win, "and the hat")
     assert [m["content"] for m in requests[-1].messages] == ["the mat", a.content, "and the hat"]
     # saved: every version, and the branch shown, after a restart
     assert win.shutdown()
     again = make_window(data_dir=tmp_path / "data", load=False)
-    again.open_chat(win.chat_id)
-    assert [m.content for m in again.messages] == ["the mat", a.content, "and the hat", win.messages[-1].content]
-    assert len(again.conversation.messages) == 8  # both branches
-    assert bubble_of(again, again.messages[0]).version_label.text() == "2/2"
+    again.chats.open_chat(win.chats.chat_id)
+    assert [m.content for m in again.chats.messages] == ["the mat", a.content, "and the hat", win.chats.messages[-1].content]
+    assert len(again.chats.conversation.messages) == 8  # both branches
+    assert bubble_of(again, again.chats.messages[0]).version_label.text() == "2/2"
 
 
 def test_regenerate_keeps_each_version_with_its_own_colours_and_figures(qtbot, make_window):
@@ -111,32 +111,32 @@ def test_regenerate_keeps_each_version_with_its_own_colours_and_figures(qtbot, m
     win.side_panel.k_spin.setValue(3)
     win.side_panel.set_mode("standard")
     send_and_wait(qtbot, win, "is the cat on the mat")
-    standard = win.messages[-1]
+    standard = win.chats.messages[-1]
     curves = [[(round(t, 3), round(v, 2)) for t, v in win.side_panel.chart.points]]
     win.side_panel.set_mode("speculative")
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        win.regenerate()
-    spec = win.messages[-1]
+        win.generation.regenerate()
+    spec = win.chats.messages[-1]
     curves.append([(round(t, 3), round(v, 2)) for t, v in win.side_panel.chart.points])
     assert all(len(c) >= 2 for c in curves) and curves[0] != curves[1]
     assert spec is not standard and spec.parent is standard.parent
     assert {t.kind for t in standard.tokens} == {"standard"} and "accepted" in {t.kind for t in spec.tokens}
-    w = win.chat_view.messages[-1]
+    w = win.page.chat_view.messages[-1]
     assert w.message is spec and w.version_label.text() == "2/2" and "speculative" in w.meta_label.text()
     # back to version 1: its own colours in the bubble, its own figures in the side panel
     w.prev_button.click()
-    w = win.chat_view.messages[-1]
+    w = win.page.chat_view.messages[-1]
     assert w.message is standard and w.version_label.text() == "1/2"
     assert [t.kind for t in w.tokens] == [t.kind for t in standard.tokens]
     assert w.meta_label.text().startswith("standard")
     assert win.side_panel.m_alpha.value.text() == "—"  # a standard answer has no α
     assert win.side_panel.m_speed.value.text() == figures.rate(standard.stats["decode_tokens_per_second"])
     assert win.side_panel.chart.points == curves[0]  # its own curve, as it was drawn live
-    win.switch_last_answer(1)  # Alt+Right
-    assert win.messages[-1] is spec and win.side_panel.m_alpha.value.text() == figures.alpha(spec.stats)
+    win.chats.switch_last_answer(1)  # Alt+Right
+    assert win.chats.messages[-1] is spec and win.side_panel.m_alpha.value.text() == figures.alpha(spec.stats)
     assert win.side_panel.chart.points == curves[1]
-    h = History(win.history.data_dir)
-    kept = [m for m in h.all_messages(win.chat_id) if m.role == "assistant"]
+    h = History(win.store.history.data_dir)
+    kept = [m for m in h.all_messages(win.chats.chat_id) if m.role == "assistant"]
     assert [m.stats["mode"] for m in kept] == ["standard", "speculative"]
     assert [[t.kind for t in m.tokens] for m in kept] == [[t.kind for t in standard.tokens], [t.kind for t in spec.tokens]]
     h.close()
@@ -167,8 +167,8 @@ def test_a_chat_database_of_the_previous_release_opens_in_the_window_with_every_
     coloured_kinds, stopped = set(), 0
     for i in range(lst.count()):
         lst.itemClicked.emit(lst.item(i))
-        title, rows = before[win.chat_id]
-        bubbles = win.chat_view.messages
+        title, rows = before[win.chats.chat_id]
+        bubbles = win.page.chat_view.messages
         assert [(b.role, b.text) for b in bubbles] == [(role, content) for role, content, _, _ in rows], title
         for b, (role, content, tokens, stats) in zip(bubbles, rows):
             assert b.prev_button.isHidden() and b.version_label.isHidden()
@@ -197,12 +197,12 @@ def test_a_chat_database_of_the_previous_release_opens_in_the_window_with_every_
 def test_search_finds_every_branch_and_jumps_to_the_message(qtbot, make_window):
     win = make_window(max_new=4)
     send_and_wait(qtbot, win, "the cat on the mat")
-    cat_chat = win.chat_id
-    old_q = win.messages[0]
+    cat_chat = win.chats.chat_id
+    old_q = win.chats.messages[0]
     bubble_of(win, old_q).edit_button.click()  # the mat question becomes an old branch
-    win.composer.setPlainText("the hat on the cat")
+    win.page.composer.setPlainText("the hat on the cat")
     send_and_wait(qtbot, win)
-    win.new_chat()
+    win.chats.new_chat()
     send_and_wait(qtbot, win, "is it a dog")
     show(qtbot, win)
     QTest.keyClick(win, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
@@ -217,8 +217,8 @@ def test_search_finds_every_branch_and_jumps_to_the_message(qtbot, make_window):
     assert "<b>mat</b>" in label.text()
     # choosing the message opens its chat on its branch, at it
     results.itemClicked.emit(results.item([h[1] for h in hits].index(old_q.id)))
-    assert win.chat_id == cat_chat and win.messages[0].id == old_q.id
-    w = win.chat_view.messages[0]
+    assert win.chats.chat_id == cat_chat and win.chats.messages[0].id == old_q.id
+    w = win.page.chat_view.messages[0]
     assert w.property("found") is True and w.view.textCursor().selectedText() == "mat"
     # nothing found says so
     win.chat_list.search.setText("zebra")
@@ -253,33 +253,33 @@ def test_a_search_result_with_a_long_identifier_wraps_inside_the_list(qtbot):
 def test_rename_and_pin_chats(qtbot, make_window):
     win = make_window(max_new=3)
     send_and_wait(qtbot, win, "the cat")
-    first = win.chat_id
-    win.new_chat()
+    first = win.chats.chat_id
+    win.chats.new_chat()
     send_and_wait(qtbot, win, "the hat")
     lst = win.chat_list.chats
-    assert [lst.item(i).data(Qt.ItemDataRole.UserRole) for i in range(lst.count())] == [win.chat_id, first]
+    assert [lst.item(i).data(Qt.ItemDataRole.UserRole) for i in range(lst.count())] == [win.chats.chat_id, first]
     # rename in place (F2 / right-click ▸ Rename): the item's text is edited
-    win.start_rename(first)
+    win.chats.start_rename(first)
     item = win.chat_list.item_for(first)
     item.setText("Cats, renamed")
-    assert win.history.title(first) == "Cats, renamed"
-    assert [x.chat_id for x in win.history.search("renamed")] == [first]
+    assert win.store.history.title(first) == "Cats, renamed"
+    assert [x.chat_id for x in win.store.history.search("renamed")] == [first]
     # pinned: first in the list, marked
-    win.pin_chat(first, True)
+    win.chats.pin_chat(first, True)
     assert lst.item(0).data(Qt.ItemDataRole.UserRole) == first and lst.item(0).text() == "★ Cats, renamed"
     # F2 on a pinned chat, then Esc: nothing renamed, still marked
     win.show()
     qtbot.waitExposed(win)
-    win.start_rename(first)
+    win.chats.start_rename(first)
     editor = lst.indexWidget(lst.currentIndex())
     assert isinstance(editor, QLineEdit) and editor.text() == "Cats, renamed"
     QTest.keyClick(editor, Qt.Key.Key_Escape)  # the editor's, not the window's Esc (stop, cancel an edit)
     assert lst.state() != lst.State.EditingState
-    assert lst.item(0).text() == "★ Cats, renamed" and win.history.title(first) == "Cats, renamed"
+    assert lst.item(0).text() == "★ Cats, renamed" and win.store.history.title(first) == "Cats, renamed"
     win.chat_list.pin_requested.emit(first, False)
-    assert lst.item(0).data(Qt.ItemDataRole.UserRole) == win.chat_id
+    assert lst.item(0).data(Qt.ItemDataRole.UserRole) == win.chats.chat_id
     # the title of a new chat is still its first message
-    assert win.history.title(win.chat_id) == "the hat"
+    assert win.store.history.title(win.chats.chat_id) == "the hat"
 
 
 # -- 3. attachments -----------------------------------------------------------------------------
@@ -294,43 +294,43 @@ def test_attached_files_go_into_the_prompt_and_stay_with_the_message(qtbot, make
     # dropped on the input box: the text file is attached, the others are refused in one dialog
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in (code, binary, huge, tmp_path)])
-    win.composer.insertFromMimeData(mime)
-    assert [a.name for a in win.attachment_bar.items] == ["cat.py"]
+    win.page.composer.insertFromMimeData(mime)
+    assert [a.name for a in win.page.attachment_bar.items] == ["cat.py"]
     box = win.last_error_dialog
     assert box.isVisible() and "photo.png” is not a text file" in box.text()
     assert "huge.txt” is 512.0 KB" in box.text() and "is a folder" in box.text()
     box.close()
-    assert "Text and code files up to 512.0 KB" in win.attach_button.toolTip()  # the limits, said up front
+    assert "Text and code files up to 512.0 KB" in win.page.attach_button.toolTip()  # the limits, said up front
     # the chip says what it takes of the context, counted by the target's tokenizer
     wait_count(qtbot, win)
     engine = win.worker.engine
-    block = attachment_block(win.attachment_bar.items[0])
+    block = attachment_block(win.page.attachment_bar.items[0])
     expected = engine.count_tokens([{"role": "user", "content": block}]) - engine.count_tokens(
         [{"role": "user", "content": ""}])
-    assert f"{expected:,} tokens" in win.attachment_bar.chips[0].label.text()
+    assert f"{expected:,} tokens" in win.page.attachment_bar.chips[0].label.text()
     # a long paste becomes a chip, not a wall of text
     paste = QMimeData()
     paste.setText("the mat\n" * PASTE_LINES)  # forty short lines (the tiny target holds 512 tokens)
-    win.composer.insertFromMimeData(paste)
-    assert win.composer.toPlainText() == "" and [a.origin for a in win.attachment_bar.items] == ["file", "paste"]
+    win.page.composer.insertFromMimeData(paste)
+    assert win.page.composer.toPlainText() == "" and [a.origin for a in win.page.attachment_bar.items] == ["file", "paste"]
     requests = []
     original = win.worker.request_generate
     win.worker.request_generate = lambda r: (requests.append(r), original(r))
-    win.composer.setPlainText("what is in it")
+    win.page.composer.setPlainText("what is in it")
     send_and_wait(qtbot, win)
     content = requests[-1].messages[-1]["content"]
     assert content.startswith("File `cat.py`:\n```python\nthe cat\nthe hat\n```") and content.endswith("what is in it")
     assert "Pasted text:\n```\nthe mat" in content
-    assert not win.attachment_bar.items and win.attachment_bar.isHidden()
-    q = win.messages[0]
+    assert not win.page.attachment_bar.items and win.page.attachment_bar.isHidden()
+    q = win.chats.messages[0]
     assert [a.name for a in q.attachments] == ["cat.py", "Pasted text"]
     assert bubble_of(win, q).chips.count() == 3  # two chips and the stretch
-    h = History(win.history.data_dir)
-    assert [a.text for a in h.messages(win.chat_id)[0].attachments] == ["the cat\nthe hat\n", paste.text()]
+    h = History(win.store.history.data_dir)
+    assert [a.text for a in h.messages(win.chats.chat_id)[0].attachments] == ["the cat\nthe hat\n", paste.text()]
     h.close()
     # editing the message brings its attachments back
-    win.edit_message(q)
-    assert [a.name for a in win.attachment_bar.items] == ["cat.py", "Pasted text"]
+    win.chats.edit_message(q)
+    assert [a.name for a in win.page.attachment_bar.items] == ["cat.py", "Pasted text"]
 
 
 def drop_on(win, widget, paths) -> bool:
@@ -364,13 +364,13 @@ def test_files_dropped_anywhere_on_the_window_are_attached(qtbot, make_window, t
     show(qtbot, win)
     code = tmp_path / "hat.py"
     code.write_text("the hat\n")
-    places = {"input box": win.composer, "chat": win.chat_view.messages[-1].view, "system prompt": win.system_prompt,
-              "chat list": win.chat_list.chats, "side panel": win.side_panel, "context meter": win.meter}
+    places = {"input box": win.page.composer, "chat": win.page.chat_view.messages[-1].view, "system prompt": win.page.system_prompt,
+              "chat list": win.chat_list.chats, "side panel": win.side_panel, "context meter": win.page.meter}
     for where, widget in places.items():
-        before = len(win.attachment_bar.items)
+        before = len(win.page.attachment_bar.items)
         assert drop_on(win, widget, [code]), where
-        assert len(win.attachment_bar.items) == before + 1 and win.attachment_bar.items[-1].name == "hat.py", where
-    assert win.system_prompt.toPlainText() == "" and win.composer.toPlainText() == ""
+        assert len(win.page.attachment_bar.items) == before + 1 and win.page.attachment_bar.items[-1].name == "hat.py", where
+    assert win.page.system_prompt.toPlainText() == "" and win.page.composer.toPlainText() == ""
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="needs a file every read of which fails (Linux)")
@@ -378,11 +378,11 @@ def test_an_unreadable_file_gets_a_dialog_not_a_traceback(qtbot, make_window, tm
     """A file that exists but cannot be read (an I/O error on every read, whoever runs the test:
     permissions do not stop root), and one that went away between the pick and the read."""
     win = make_window(load=False)
-    win.attach_files(["/proc/self/mem", str(tmp_path / "gone.txt")])
+    win.chats.attach_files(["/proc/self/mem", str(tmp_path / "gone.txt")])
     box = win.last_error_dialog
     assert box.isVisible() and box.windowTitle() == "Not attached"
     assert "“mem” cannot be read: Input/output error" in box.text() and "“gone.txt” is not there any more" in box.text()
-    assert not win.attachment_bar.items
+    assert not win.page.attachment_bar.items
 
 
 # -- 4. the context meter --------------------------------------------------------------------------
@@ -398,27 +398,27 @@ def test_the_context_meter_counts_with_the_targets_tokenizer_off_the_gui_thread(
 
     engine.fit = fit
     send_and_wait(qtbot, win, "the cat sat on the mat " * 5)
-    win.system_prompt.setPlainText("you are a cat")
-    win.composer.setPlainText("and the hat")
+    win.page.system_prompt.setPlainText("you are a cat")
+    win.page.composer.setPlainText("and the hat")
     c = wait_count(qtbot, win)
     want = inner([{"role": "system", "content": "you are a cat"},
-                  {"role": "user", "content": win.messages[0].content},
-                  {"role": "assistant", "content": win.messages[1].content},
+                  {"role": "user", "content": win.chats.messages[0].content},
+                  {"role": "assistant", "content": win.chats.messages[1].content},
                   {"role": "user", "content": "and the hat"}], 200)
     assert (c.prompt_tokens, c.context, c.fits) == (want.prompt_tokens, 512, True)
-    assert win.meter.label.text().startswith(f"{want.prompt_tokens:,} + 200 for the answer of 512 tokens")
+    assert win.page.meter.label.text().startswith(f"{want.prompt_tokens:,} + 200 for the answer of 512 tokens")
     assert all(t is not threading.main_thread() for t in threads)  # counted off the GUI thread
-    assert win.counter.thread() is win.counter_thread and win.counter_thread is not win.thread
+    assert win.context.counter.thread() is win.context.counter_thread and win.context.counter_thread is not win.thread
     # a message that would outgrow the context: the meter says which turns would be left out
-    win.composer.setPlainText("the hat is on the cat " * 30)
+    win.page.composer.setPlainText("the hat is on the cat " * 30)
     c = wait_count(qtbot, win)
     assert not c.fits and c.drop == 2
-    assert "the oldest 2 message(s) would be left out" in win.meter.label.text()
-    assert [not w.left_out_label.isHidden() for w in win.chat_view.messages] == [True, True]
-    assert win.meter.bar.property("level") == "over"
-    win.composer.clear()
+    assert "the oldest 2 message(s) would be left out" in win.page.meter.label.text()
+    assert [not w.left_out_label.isHidden() for w in win.page.chat_view.messages] == [True, True]
+    assert win.page.meter.bar.property("level") == "over"
+    win.page.composer.clear()
     c = wait_count(qtbot, win)
-    assert c.fits and [w.left_out_label.isHidden() for w in win.chat_view.messages] == [True, True]
+    assert c.fits and [w.left_out_label.isHidden() for w in win.page.chat_view.messages] == [True, True]
 
 
 # -- 5. the theme ----------------------------------------------------------------------------------
@@ -427,7 +427,7 @@ def test_dark_theme_toggle_and_following_the_system(qtbot, make_window, monkeypa
 
     win = make_window(max_new=6)
     send_and_wait(qtbot, win, "is the cat on the mat")
-    w = win.chat_view.messages[-1]
+    w = win.page.chat_view.messages[-1]
 
     def bg_of_first_token():
         idx = next(i for i, t in enumerate(w.view.position_tokens) if t >= 0)
@@ -437,32 +437,32 @@ def test_dark_theme_toggle_and_following_the_system(qtbot, make_window, monkeypa
 
     rgba, kind = bg_of_first_token()
     assert rgba == Theme(False).kind_bg(kind).rgba()
-    win.dark_action.trigger()  # View ▸ Dark theme (Ctrl+Shift+D)
-    assert win.theme.dark and win.switcher.mode == "dark"
+    win.prefs.dark_action.trigger()  # View ▸ Dark theme (Ctrl+Shift+D)
+    assert win.theme.dark and win.prefs.switcher.mode == "dark"
     assert QApplication.instance().palette().window().color().name() == Theme(True).values["window"]
     rgba, kind = bg_of_first_token()
     assert rgba == Theme(True).kind_bg(kind).rgba()  # the bubbles took the dark colours
-    assert win.history.pref("theme") == "dark"
+    assert win.store.history.pref("theme") == "dark"
     # following the system: its colour scheme decides, and a change of it is followed
     monkeypatch.setattr(theme_module, "system_prefers_dark", lambda app: False)
-    win.follow_system_action.trigger()
-    assert win.switcher.mode == "auto" and not win.theme.dark and not win.dark_action.isChecked()
+    win.prefs.follow_system_action.trigger()
+    assert win.prefs.switcher.mode == "auto" and not win.theme.dark and not win.prefs.dark_action.isChecked()
     monkeypatch.setattr(theme_module, "system_prefers_dark", lambda app: True)
     QApplication.instance().styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
-    assert win.theme.dark and win.dark_action.isChecked() and win.follow_system_action.isChecked()
-    assert win.history.pref("theme") == "auto"
+    assert win.theme.dark and win.prefs.dark_action.isChecked() and win.prefs.follow_system_action.isChecked()
+    assert win.store.history.pref("theme") == "auto"
     monkeypatch.setattr(theme_module, "system_prefers_dark", lambda app: False)
-    win.set_theme_mode("dark")
+    win.prefs.set_theme_mode("dark")
     # the next start keeps the choice ("saved": what `specdec-chat` passes without --theme)
-    again = make_window(data_dir=win.history.data_dir, load=False)
+    again = make_window(data_dir=win.store.history.data_dir, load=False)
     assert not again.theme.dark  # a window told nothing leaves the app's theme alone
     from app.main_window import MainWindow
 
-    later = MainWindow(win.history.data_dir, Theme(False), theme_mode="saved")
+    later = MainWindow(win.store.history.data_dir, Theme(False), theme_mode="saved")
     qtbot.addWidget(later)
-    assert later.theme.dark and later.switcher.mode == "dark" and later.dark_action.isChecked()
+    assert later.theme.dark and later.prefs.switcher.mode == "dark" and later.prefs.dark_action.isChecked()
     assert later.shutdown()
-    win.set_theme_mode("light")
+    win.prefs.set_theme_mode("light")
     assert not win.theme.dark
 
 
@@ -473,11 +473,11 @@ def test_a_streaming_answer_is_on_disk_at_most_32_tokens_behind(qtbot, make_wind
     db = sqlite3.connect(tmp_path / "data" / "chats.sqlite3")
 
     def check(_rid, _evs, _stats):  # after the window took this batch in (the relay comes second)
-        if win.active is None:
+        if win.generation.active is None:
             return
         row = db.execute("SELECT tokens, state FROM messages WHERE role = 'assistant' ORDER BY id DESC").fetchone()
         on_disk = len(__import__("json").loads(row[0])) if row and row[0] else 0
-        seen.append((len(win.active.events), on_disk, row[1] if row else None))
+        seen.append((len(win.generation.active.events), on_disk, row[1] if row else None))
 
     win.sig.tokens.connect(check)
     send_and_wait(qtbot, win, "is the cat on the mat")
@@ -497,7 +497,7 @@ def test_a_slow_answer_is_on_disk_at_most_a_second_behind(qtbot, make_window, tm
 
     from PySide6.QtCore import QTimer
 
-    from app.main_window import SAVE_SECONDS, SAVE_TOKENS
+    from app.generation_control import SAVE_SECONDS, SAVE_TOKENS
 
     win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.15)), max_new=20)
     win.side_panel.set_mode("standard")  # one token a step: one batch every 0.15 s
@@ -506,10 +506,10 @@ def test_a_slow_answer_is_on_disk_at_most_a_second_behind(qtbot, make_window, tm
     samples = []  # (seconds, tokens shown, tokens on disk)
 
     def sample():
-        if win.active is None:
+        if win.generation.active is None:
             return
         row = db.execute("SELECT tokens FROM messages WHERE role = 'assistant' ORDER BY id DESC").fetchone()
-        samples.append((time.monotonic(), len(win.active.events), len(json.loads(row[0])) if row and row[0] else 0))
+        samples.append((time.monotonic(), len(win.generation.active.events), len(json.loads(row[0])) if row and row[0] else 0))
 
     timer = QTimer()
     timer.timeout.connect(sample)
@@ -529,38 +529,38 @@ def test_a_full_disk_while_saving_gets_a_dialog_and_saving_resumes(qtbot, make_w
     window and goes on, and once there is room every message reaches the disk."""
     win = make_window(max_new=40)
     send_and_wait(qtbot, win, "the cat")
-    db = win.history.db
+    db = win.store.history.db
     db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
     failures = []
-    win.saver.failed.connect(failures.append)
+    win.store.saver.failed.connect(failures.append)
     send_and_wait(qtbot, win, "the hat on the mat " * 20)
     send_and_wait(qtbot, win, "and the cat " * 20)
     assert failures == ["the disk is full"]  # one dialog for the whole run of failures
-    box = win.save_dialog
+    box = win.save_alerts.save_dialog
     assert box.isVisible() and "not being saved" in box.windowTitle() and "the disk is full" in box.text()
     assert "Nothing is lost" in box.informativeText()
-    assert not win.unsaved_label.isHidden() and win.saver.pending
-    assert [m.role for m in win.messages] == ["user", "assistant"] * 3 and win.messages[-1].tokens
-    with qtbot.waitSignal(win.saver.resumed, timeout=10_000):
+    assert not win.unsaved_label.isHidden() and win.store.saver.pending
+    assert [m.role for m in win.chats.messages] == ["user", "assistant"] * 3 and win.chats.messages[-1].tokens
+    with qtbot.waitSignal(win.store.saver.resumed, timeout=10_000):
         db.execute("PRAGMA max_page_count = 1073741823")  # room again: the next retry goes through
-    assert win.unsaved_label.isHidden() and win.saver.pending == 0
+    assert win.unsaved_label.isHidden() and win.store.saver.pending == 0
     h = History(tmp_path / "data")
-    assert [(m.role, m.content) for m in h.messages(win.chat_id)] == [(m.role, m.content) for m in win.messages]
-    assert [t.kind for t in h.messages(win.chat_id)[-1].tokens] == [t.kind for t in win.messages[-1].tokens]
+    assert [(m.role, m.content) for m in h.messages(win.chats.chat_id)] == [(m.role, m.content) for m in win.chats.messages]
+    assert [t.kind for t in h.messages(win.chats.chat_id)[-1].tokens] == [t.kind for t in win.chats.messages[-1].tokens]
     h.close()
 
 
 def test_a_read_only_database_gets_a_dialog_and_the_chat_goes_on(qtbot, make_window, tmp_path):
     win = make_window(max_new=5)
-    win.history.db.execute("PRAGMA query_only = ON")  # SQLite refuses every write
+    win.store.history.db.execute("PRAGMA query_only = ON")  # SQLite refuses every write
     send_and_wait(qtbot, win, "the cat")  # a new chat: not even its row can be written
-    assert win.chat_id is None and win.messages[-1].tokens
-    assert "the data folder is read-only" in win.save_dialog.text()
-    win.history.db.execute("PRAGMA query_only = OFF")
-    with qtbot.waitSignal(win.saver.resumed, timeout=10_000):
+    assert win.chats.chat_id is None and win.chats.messages[-1].tokens
+    assert "the data folder is read-only" in win.save_alerts.save_dialog.text()
+    win.store.history.db.execute("PRAGMA query_only = OFF")
+    with qtbot.waitSignal(win.store.saver.resumed, timeout=10_000):
         pass
-    assert win.chat_id is not None
-    assert [m.content for m in win.history.messages(win.chat_id)] == [m.content for m in win.messages]
+    assert win.chats.chat_id is not None
+    assert [m.content for m in win.store.history.messages(win.chats.chat_id)] == [m.content for m in win.chats.messages]
     assert win.chat_list.chats.count() == 1
 
 
@@ -571,22 +571,22 @@ def test_what_the_user_chose_last_is_what_reaches_the_disk_once_it_takes_writes_
     win = make_window(max_new=3)
     send_and_wait(qtbot, win, "the cat")
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        win.regenerate()
-    first, second = win.conversation.versions(win.messages[-1])
-    win.history.db.execute("PRAGMA query_only = ON")
+        win.generation.regenerate()
+    first, second = win.chats.conversation.versions(win.chats.messages[-1])
+    win.store.history.db.execute("PRAGMA query_only = ON")
     for on in (True, False, True):
-        win.pin_chat(win.chat_id, on)
-    win.switch_version(second, -1)  # the first answer's branch...
+        win.chats.pin_chat(win.chats.chat_id, on)
+    win.chats.switch_version(second, -1)  # the first answer's branch...
     send_and_wait(qtbot, win, "the hat")  # ...goes on from the first answer
-    win.switch_version(first, 1)  # and the second answer's branch is what the chat shows at the end
-    assert win.messages[-1] is second and win.saver.pending
-    win.history.db.execute("PRAGMA query_only = OFF")
-    with qtbot.waitSignal(win.saver.resumed, timeout=10_000):
+    win.chats.switch_version(first, 1)  # and the second answer's branch is what the chat shows at the end
+    assert win.chats.messages[-1] is second and win.store.saver.pending
+    win.store.history.db.execute("PRAGMA query_only = OFF")
+    with qtbot.waitSignal(win.store.saver.resumed, timeout=10_000):
         pass
-    h = History(win.history.data_dir)
-    assert h.pinned(win.chat_id)
-    assert [m.id for m in h.messages(win.chat_id)] == [m.id for m in win.messages] == [win.messages[0].id, second.id]
-    assert len(h.all_messages(win.chat_id)) == 5
+    h = History(win.store.history.data_dir)
+    assert h.pinned(win.chats.chat_id)
+    assert [m.id for m in h.messages(win.chats.chat_id)] == [m.id for m in win.chats.messages] == [win.chats.messages[0].id, second.id]
+    assert len(h.all_messages(win.chats.chat_id)) == 5
     h.close()
 
 
@@ -597,7 +597,7 @@ def test_an_unopenable_data_folder_keeps_the_chats_in_memory(qtbot, make_window,
     qtbot.waitUntil(lambda: win.last_error_dialog is not None, timeout=5000)
     assert "cannot be opened" in win.last_error_dialog.text()
     send_and_wait(qtbot, win, "the cat")
-    assert win.messages[-1].tokens and win.chat_list.chats.count() == 1
+    assert win.chats.messages[-1].tokens and win.chat_list.chats.count() == 1
 
 
 # -- 8. streaming that looks finished ------------------------------------------------------------
@@ -656,7 +656,7 @@ def test_the_side_panel_shows_steps_and_kept_tokens_per_source_live_and_final(qt
     shown = []
     win.sig.tokens.connect(lambda _rid, _evs, stats: shown.append((stats, win.side_panel.sources.text())))
     send_and_wait(qtbot, win, "the cat the cat the cat the cat")
-    final = win.messages[-1].stats
+    final = win.chats.messages[-1].stats
     assert final["steps_by_source"] and sum(final["steps_by_source"].values()) == final["speculative_steps"]
     for stats, text in shown:
         lines = figures.sources(stats)
@@ -667,13 +667,13 @@ def test_the_side_panel_shows_steps_and_kept_tokens_per_source_live_and_final(qt
         a, p = final["accepted_by_source"].get(src, 0), final["proposed_by_source"][src]
         assert f"{name}: {n} step{'' if n == 1 else 's'} · {a} of {p} kept" in last
     # the saved tokens carry their source, and the bubble shows it on hover
-    tokens = win.messages[-1].tokens
+    tokens = win.chats.messages[-1].tokens
     assert {t.source for t in tokens if t.kind != "standard"} <= set(final["steps_by_source"])
     assert {t.source for t in tokens if t.kind == "standard"} == {""}
-    h = History(win.history.data_dir)
-    assert [t.source for t in h.messages(win.chat_id)[-1].tokens] == [t.source for t in tokens]
+    h = History(win.store.history.data_dir)
+    assert [t.source for t in h.messages(win.chats.chat_id)[-1].tokens] == [t.source for t in tokens]
     h.close()
-    assert "copied" in win.legend.lookup.text() and "copied from the conversation" in win.legend.lookup.toolTip()
+    assert "copied" in win.page.legend.lookup.text() and "copied from the conversation" in win.page.legend.lookup.toolTip()
 
 
 # -- 8. the window's size, 9. the keyboard ----------------------------------------------------------
@@ -696,12 +696,12 @@ def test_keyboard_shortcuts_and_every_one_in_a_menu(qtbot, make_window):
     show(qtbot, win)
     QApplication.clipboard().clear()
     QTest.keyClick(win, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
-    assert QApplication.clipboard().text() == win.messages[-1].content
-    win.composer.setFocus()
-    QTest.keyClick(win.composer, Qt.Key.Key_Up)
-    assert win.editing is win.messages[0]
+    assert QApplication.clipboard().text() == win.chats.messages[-1].content
+    win.page.composer.setFocus()
+    QTest.keyClick(win.page.composer, Qt.Key.Key_Up)
+    assert win.chats.editing is win.chats.messages[0]
     QTest.keyClick(win, Qt.Key.Key_Escape)  # Esc cancels the edit when nothing streams
-    assert win.editing is None and not win.composer.toPlainText()
+    assert win.chats.editing is None and not win.page.composer.toPlainText()
     QTest.keyClick(win, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
     assert win.chat_list.search.hasFocus()
     listed = set(win.shortcut_texts())
@@ -712,16 +712,16 @@ def test_keyboard_shortcuts_and_every_one_in_a_menu(qtbot, make_window):
 
 def test_quitting_with_unsaved_changes_asks_first(qtbot, make_window):
     win = make_window(max_new=3)
-    win.history.db.execute("PRAGMA query_only = ON")
+    win.store.history.db.execute("PRAGMA query_only = ON")
     send_and_wait(qtbot, win, "the cat")
     win.show()
     qtbot.waitExposed(win)
     win.close()
-    box = win.quit_dialog
+    box = win.save_alerts.quit_dialog
     assert box.isVisible() and "could not be written" in box.text() and win.isVisible()  # asked, still open
     box.button(QMessageBox.StandardButton.Cancel).click()
     assert win.isVisible()
     win.close()
-    quit_button = next(b for b in win.quit_dialog.buttons() if b.text() == "Quit without saving")
+    quit_button = next(b for b in win.save_alerts.quit_dialog.buttons() if b.text() == "Quit without saving")
     quit_button.click()
     assert not win.isVisible() and win._closed

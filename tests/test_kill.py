@@ -22,7 +22,8 @@ pytest.importorskip("pytestqt")
 from PySide6.QtGui import QTextCursor  # noqa: E402
 
 from app.history import History  # noqa: E402
-from app.main_window import CUT_NOTE, SAVE_TOKENS  # noqa: E402
+from app.chat_control import CUT_NOTE  # noqa: E402
+from app.generation_control import SAVE_TOKENS  # noqa: E402
 from app.theme import Theme  # noqa: E402
 
 HELPER = Path(__file__).resolve().parent / "app_process.py"
@@ -71,8 +72,8 @@ def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window,
 
     # a window opened on the folder shows the part, coloured, marked as cut
     win = make_window(data_dir=data, load=False)
-    win.open_chat(chat.id)
-    bubble = win.chat_view.messages[-1]
+    win.chats.open_chat(chat.id)
+    bubble = win.page.chat_view.messages[-1]
     assert bubble.error == CUT_NOTE and "cut off" in bubble.meta_label.text()
     assert [t.kind for t in bubble.tokens] == [t.kind for t in answer.tokens]
     idx = next(i for i, t in enumerate(bubble.view.position_tokens) if t >= 0)
@@ -80,7 +81,7 @@ def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window,
     cur.setPosition(idx + 1)
     kind = bubble.tokens[bubble.view.position_tokens[idx]].kind
     assert cur.charFormat().background().color().rgb() == Theme(False).kind_bg(kind).rgb()
-    assert win.messages[-1].cut and win.conversation.version(win.messages[-1]) == (1, 1)
+    assert win.chats.messages[-1].cut and win.chats.conversation.version(win.chats.messages[-1]) == (1, 1)
     assert bubble.view.document().lastBlock().text() == "⚠ " + CUT_NOTE  # a line of its own, under the part
     # the side panel shows the figures saved with the part, as a cut answer's, not as one still being written
     summary = win.side_panel.summary.text()

@@ -322,9 +322,9 @@ def test_main_window_loads_what_the_dialog_chose(qtbot, env, tmp_path):
     win = MainWindow(data, Theme(False), LoadRequest(factory=tiny_factory()))
     qtbot.addWidget(win)
     with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-        win.start_loading()
-    win.load_dialog()
-    dlg = win.models_dialog
+        win.models.start_loading()
+    win.models.load_dialog()
+    dlg = win.models.dialog
     assert dlg.isVisible() and dlg.freeable > 0  # the tiny models loaded now count as freeable
     qtbot.waitSignal(dlg.scan_ready, timeout=TIMEOUT).wait()
     pick_target(qtbot, dlg, f"model:{t.resolve()}")
@@ -332,11 +332,11 @@ def test_main_window_loads_what_the_dialog_chose(qtbot, env, tmp_path):
     qtbot.waitUntil(lambda: dlg.estimate is not None, timeout=TIMEOUT)
     with qtbot.waitSignal(win.models_ready, timeout=120_000):
         dlg.load_button.click()
-    assert win.load_request.target == str(t.resolve()) and win.load_request.draft == str(d.resolve())
-    assert win.model_info["target"]["source"] == str(t.resolve())
+    assert win.models.load_request.target == str(t.resolve()) and win.models.load_request.draft == str(d.resolve())
+    assert win.models.model_info["target"]["source"] == str(t.resolve())
     saved = {m["spec"]: m for m in json.loads((data / recent.FILE_NAME).read_text())["models"]}
     assert saved[str(t.resolve())]["role"] == "target" and saved[str(t.resolve())]["loaded"]["device"] == "cpu"
-    assert win.send("the cat")
+    assert win.generation.send("the cat")
     qtbot.waitSignal(win.message_done, timeout=120_000).wait()
     win.close()
 
@@ -362,8 +362,8 @@ def test_closing_the_window_with_the_dialog_open_ends_its_threads(qtbot, env, tm
 
     win = MainWindow(tmp_path / "d", Theme(False), LoadRequest(factory=tiny_factory()))
     qtbot.addWidget(win)
-    win.load_dialog()
-    dlg = win.models_dialog
+    win.models.load_dialog()
+    dlg = win.models.dialog
     threads = (dlg.inspect_thread, dlg.downloads.thread)
     assert all(t.isRunning() for t in threads)
     win.close()

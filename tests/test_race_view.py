@@ -194,7 +194,7 @@ def test_main_window_has_a_race_tab_sharing_the_engine(qtbot, tmp_path):
         assert win.tabs.count() == 2 and win.tabs.tabText(1) == "Race"
         assert not win.race_view.start_button.isEnabled()
         with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-            win.start_loading()
+            win.models.start_loading()
         qtbot.waitUntil(lambda: win.race_view.ready, timeout=TIMEOUT)
         win.tabs.setCurrentIndex(1)
         result = race(qtbot, win.race_view, max_new_tokens=6)

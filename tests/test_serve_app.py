@@ -92,21 +92,21 @@ def test_the_app_colours_a_specdec_serve_answer_exactly(qtbot, make_window, serv
 
     win = make_window(request=LoadRequest(served.url, None), max_new=20)
     panel = win.side_panel
-    server = win.model_info["server"]
+    server = win.models.model_info["server"]
     assert server.engine == "specdec serve" and server.can_race and server.can_toggle and server.colours == "exact"
     # every setting travels with the request: the toggle, the proposer and k are the user's
     assert panel.mode_button.isEnabled() and panel.k_spin.isVisibleTo(panel) and panel.proposer.isVisibleTo(panel)
     assert "specdec serve server at " + served.url in panel.target_label.text()
     assert "as the server's engine decided it" in panel.target_label.text()
-    assert win.legend.swatches["server"].isHidden()  # no token without its kind
+    assert win.page.legend.swatches["server"].isHidden()  # no token without its kind
     panel.adaptive.setChecked(False)
     panel.k_spin.setValue(3)
     settings = panel.settings()
     assert isinstance(settings, DecodeSettings) and settings.draft_tokens == 3
 
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        assert win.send("the cat sat on the mat")
-    msg = win.messages[-1]
+        assert win.generation.send("the cat sat on the mat")
+    msg = win.chats.messages[-1]
     want = local.generate(local.encode_prompt("the cat sat on the mat"), settings).run()
     assert [t.kind for t in msg.tokens] == want.kinds and msg.content == want.text  # the engine's colours
     assert msg.stats["accepted_draft_tokens"] == want.stats.accepted_draft_tokens
@@ -115,8 +115,8 @@ def test_the_app_colours_a_specdec_serve_answer_exactly(qtbot, make_window, serv
 
     panel.set_mode("standard")  # the toggle: the next message standard, on the same server
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        assert win.send("is it done")
-    std = win.messages[-1]
+        assert win.generation.send("is it done")
+    std = win.chats.messages[-1]
     assert {t.kind for t in std.tokens} == {"standard"} and std.stats["mode"] == "standard"
 
 
@@ -177,9 +177,9 @@ def test_view_local_server_serves_the_windows_models_beside_the_chat(qtbot, make
     asker = threading.Thread(target=ask)
     asker.start()
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
-        assert win.send("the cat sat")
+        assert win.generation.send("the cat sat")
     asker.join(60)
-    assert done.args[0] == "max_new_tokens" and len(win.messages[-1].tokens) == 40
+    assert done.args[0] == "max_new_tokens" and len(win.chats.messages[-1].tokens) == 40
     body = answers["server"]
     assert len(body["specdec"]["tokens"]) == 40 and {t["kind"] for t in body["specdec"]["tokens"]} <= SPEC_KINDS
     assert controller.server.queue.turns == 2  # the chat's turn and the server's
@@ -201,7 +201,7 @@ def test_a_new_load_moves_the_local_server_to_the_new_models(qtbot, make_window)
     assert controller.start(ServeConfig(port=0)) == ""
     port = controller.server.port
     with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-        win.start_loading(LoadRequest(factory=tiny_factory(with_draft=False)))
+        win.models.start_loading(LoadRequest(factory=tiny_factory(with_draft=False)))
     qtbot.waitUntil(lambda: controller.running, timeout=TIMEOUT)
     card = httpx.get(controller.url + "/v1/models").json()["data"][0]
     assert card["specdec"]["draft"] is None and controller.server.port == port  # the new models, same address

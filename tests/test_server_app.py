@@ -30,7 +30,7 @@ def shown(win) -> int:
     """Tokens the window itself has taken in for the running answer. (Counting the worker's signal
     from a slot of our own raced: that slot can run before the window's queued one, and a stop
     in between keeps, rightly, nothing.)"""
-    return len(win.active.events) if win.active is not None else 0
+    return len(win.generation.active.events) if win.generation.active is not None else 0
 
 
 @pytest.fixture(scope="module")
@@ -82,16 +82,16 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     assert not panel.k_spin.isEnabled() and not panel.proposer.isEnabled()
     assert panel.proposer.isHidden() and panel.k_spin.isHidden()  # the server's own settings: rows hidden
     assert "llama.cpp server at " + server.url in panel.target_label.text()
-    assert win.legend.swatches["server"].isHidden()  # llama-server: every token has its kind
+    assert win.page.legend.swatches["server"].isHidden()  # llama-server: every token has its kind
     # the race tab says why it cannot race (its own slot of the loaded signal may come a moment later)
     qtbot.waitUntil(lambda: "cannot be raced" in win.race_view.status.text(), timeout=TIMEOUT)
     win.race_view.prompt.setPlainText("the cat")
     assert not win.race_view.start_button.isEnabled() and not win.race_view.start()
 
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
-        assert win.send("the cat sat on the mat")
+        assert win.generation.send("the cat sat on the mat")
     assert done.args[0] == "max_new_tokens"
-    msg = win.messages[-1]
+    msg = win.chats.messages[-1]
     assert msg.role == "assistant" and len(msg.tokens) == 16 and {t.kind for t in msg.tokens} <= SPEC_KINDS
     assert msg.stats["server"]["engine"] == "llama.cpp" and msg.stats["draft_tokens"] > 0
     assert "tok/s by its own clock" in panel.summary.text() and "llama-server timings" in panel.summary.text()
@@ -103,17 +103,17 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     assert panel.widget().minimumSizeHint().width() <= panel.viewport().width()
     # the next turn: the conversation so far, through the server's own template
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-        assert win.send("is it done")
-    assert win.messages[-1].stats["reused_prompt_tokens"] > 0  # llama-server's prompt cache
-    stored = History(tmp_path / "data").messages(win.chat_id)
+        assert win.generation.send("is it done")
+    assert win.chats.messages[-1].stats["reused_prompt_tokens"] > 0  # llama-server's prompt cache
+    stored = History(tmp_path / "data").messages(win.chats.chat_id)
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     # back to local models: everything the server had fixed is the user's again
     from app_fixtures import tiny_factory
 
     with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-        win.start_loading(LoadRequest(factory=tiny_factory()))
+        win.models.start_loading(LoadRequest(factory=tiny_factory()))
     assert panel.mode_button.isEnabled() and panel.k_spin.isVisibleTo(panel) and panel.proposer.isVisibleTo(panel)
-    assert panel.mode_button.text() == "⚡ Speculative decoding" and win.legend.swatches["server"].isHidden()
+    assert panel.mode_button.text() == "⚡ Speculative decoding" and win.page.legend.swatches["server"].isHidden()
     qtbot.waitUntil(lambda: win.race_view.ready, timeout=TIMEOUT)  # its own slot of the same signal
     win.race_view.prompt.setPlainText("the cat")
     assert win.race_view.start_button.isEnabled() and "cannot be raced" not in win.race_view.status.text()
@@ -122,38 +122,38 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
 def test_a_server_killed_mid_answer_keeps_the_part_marked_as_cut(qtbot, make_window, endless_server, tmp_path):
     win = make_window(request=LoadRequest(endless_server.url, None), max_new=8000)
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
-        assert win.send("the cat")
+        assert win.generation.send("the cat")
         qtbot.waitUntil(lambda: shown(win) >= 5, timeout=TIMEOUT)
         endless_server.kill()
     assert done.args[0] == "error"
-    msg = win.messages[-1]
+    msg = win.chats.messages[-1]
     assert msg.role == "assistant" and msg.tokens and msg.stats["stop_reason"] == "error"
     assert "broke off" in msg.stats["error"] or "without finishing" in msg.stats["error"]
     box = win.last_error_dialog
     assert isinstance(box, QMessageBox) and box.isVisible() and "cut" in box.text()
-    stored = History(tmp_path / "data").messages(win.chat_id)[-1]
+    stored = History(tmp_path / "data").messages(win.chats.chat_id)[-1]
     assert stored.stats["stop_reason"] == "error" and stored.content == msg.content and stored.content
-    from app.main_window import meta_line
+    from app.figures import meta_line
 
     assert "cut off" in meta_line(stored.stats)
     box.close()
     # the app stays usable: connecting again to a live server works (here: a dead one says so)
     with qtbot.waitSignal(win.load_error, timeout=TIMEOUT) as err:
-        win.start_loading(LoadRequest(endless_server.url, None))
+        win.models.start_loading(LoadRequest(endless_server.url, None))
     assert "nothing is listening" in err.args[0]
 
 
 def test_stop_mid_answer_from_a_server(qtbot, make_window, endless_server):
     win = make_window(request=LoadRequest(endless_server.url, None), max_new=8000)
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
-        assert win.send("the cat")
+        assert win.generation.send("the cat")
         qtbot.waitUntil(lambda: shown(win) >= 3, timeout=TIMEOUT)
-        win.stop()
-    assert done.args[0] == "cancelled" and win.messages[-1].tokens
+        win.generation.stop()
+    assert done.args[0] == "cancelled" and win.chats.messages[-1].tokens
     # the worker is free again at once: the next answer comes
     win.side_panel.max_new.setValue(4)
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
-        assert win.send("no")
+        assert win.generation.send("no")
     assert done.args[0] == "max_new_tokens"
 
 
@@ -162,9 +162,9 @@ def test_nothing_listening_is_a_dialog(qtbot, tmp_path):
     qtbot.addWidget(win)
     try:
         with qtbot.waitSignal(win.load_error, timeout=TIMEOUT) as err:
-            win.start_loading()
+            win.models.start_loading()
         assert "nothing is listening" in err.args[0]
-        assert win.last_error_dialog.isVisible() and not win.send("hi")
+        assert win.last_error_dialog.isVisible() and not win.generation.send("hi")
     finally:
         assert win.shutdown()
 
@@ -184,12 +184,12 @@ def test_a_server_that_tells_nothing_per_token(qtbot, tmp_path, server):
     try:
         win.side_panel.max_new.setValue(8)
         with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-            win.start_loading()
-        assert not win.legend.swatches["server"].isHidden()
+            win.models.start_loading()
+        assert not win.page.legend.swatches["server"].isHidden()
         assert "Decoding by the server" == win.side_panel.mode_button.text()
         with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
-            assert win.send("the cat")
-        msg = win.messages[-1]
+            assert win.generation.send("the cat")
+        msg = win.chats.messages[-1]
         assert {t.kind for t in msg.tokens} == {"server"} and msg.stats["server"]["figures"].startswith("none")
         assert win.side_panel.m_alpha.value.text() == "—"
     finally:
@@ -219,13 +219,13 @@ def test_the_models_dialog_connects_to_a_server(qtbot, tmp_path, server, monkeyp
     qtbot.addWidget(win)
     try:
         with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
-            win.start_loading()
-        win.load_dialog()
-        dlg = win.models_dialog
+            win.models.start_loading()
+        win.models.load_dialog()
+        dlg = win.models.dialog
         assert dlg.server_button.isVisible()
         with qtbot.waitSignal(win.models_ready, timeout=TIMEOUT):
             dlg.use_server(server.url)
-        assert win.model_info["server"].url == server.url and win.load_request.target == server.url
+        assert win.models.model_info["server"].url == server.url and win.models.load_request.target == server.url
         assert not win.side_panel.mode_button.isEnabled()
     finally:
         assert win.shutdown()

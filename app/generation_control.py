@@ -1,0 +1,301 @@
+"""Writing an answer: Send, Stop, Regenerate, the worker's signals while it generates, and the
+answer saved as it streams.
+
+The window waits for one generation at a time: it keeps that request's id and drops every signal
+carrying any other (a stopped answer's last batch, a stale one). An answer is saved while it
+streams, at most SAVE_SECONDS or SAVE_TOKENS behind, so a kill or a power cut leaves its part in
+the chat, marked as cut. The worker computes in its thread; this runs in the GUI thread and only
+calls the worker's request_* methods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
+
+from .chat_control import ChatControl
+from .chat_page import ChatPage
+from .chat_view import MessageWidget, ViewToken
+from .context_watch import ContextWatch
+from .figures import meta_line
+from .history import Message, StoredToken
+from .model_loading import ModelLoading
+from .side_panel import SidePanel
+from .worker import GenerateRequest, Worker
+
+# a streaming answer reaches the disk at least this often (the issue's "never loses a word")
+SAVE_SECONDS = 1.0
+SAVE_TOKENS = 32
+
+
+@dataclass
+class Active:
+    """The generation the window is waiting for."""
+
+    request: GenerateRequest
+    widget: MessageWidget
+    message: Message  # the answer being written (in the conversation, saved as it grows)
+    events: list = field(default_factory=list)
+    stats: dict = field(default_factory=dict)  # the engine's running Stats for `events`
+    series: list = field(default_factory=list)  # (seconds, decode tok/s) as the engine reported them
+    unsaved: int = 0  # tokens shown but not yet written
+    saved_at: float = field(default_factory=time.monotonic)
+
+
+def stored(tokens: list[ViewToken]) -> list[StoredToken]:
+    return [StoredToken(t.token_id, t.text, t.kind, t.step, t.draft_position, t.source or "") for t in tokens]
+
+
+class GenerationControl(QObject):
+    done = Signal(str)  # stop reason of the assistant message just completed
+
+    def __init__(self, worker: Worker, chats: ChatControl, models: ModelLoading, context: ContextWatch,
+                 page: ChatPage, side_panel: SidePanel, status_label: QLabel,
+                 show_error: Callable[[str, str], object], window: QWidget):
+        super().__init__(window)
+        self.worker, self.chats, self.models, self.context = worker, chats, models, context
+        self.page, self.side_panel, self.status_label = page, side_panel, status_label
+        self.show_error, self.window = show_error, window
+        self._active: Active | None = None
+        self.context_dialog: QMessageBox | None = None  # the last "does not fit the context" dialog
+        self._next_request = 0
+        self._regenerations = 0  # each regeneration of one question gets a seed of its own
+        self._save_timer = QTimer(self)  # a slow stream still reaches the disk within SAVE_SECONDS
+        self._save_timer.setInterval(int(SAVE_SECONDS * 1000))
+        self._save_timer.timeout.connect(lambda: self._save_streaming(force=False))
+
+    @property
+    def active(self) -> Active | None:
+        return self._active
+
+    @active.setter
+    def active(self, a: Active | None) -> None:
+        # the chat's branch is locked exactly while an answer is written into it
+        self._active = a
+        self.chats.busy = a is not None
+
+    def update_buttons(self) -> None:
+        busy = self.active is not None
+        ready = self.models.ready
+        page = self.page
+        has_input = bool(page.composer.toPlainText().strip()) or bool(page.attachment_bar.items)
+        page.send_button.setEnabled(ready and not busy and has_input)
+        page.send_button.setText("Send" if ready else "Loading…")
+        page.stop_button.setEnabled(busy)
+        page.regen_button.setEnabled(ready and not busy and bool(self.chats.messages))
+
+    # -- starting -------------------------------------------------------------------------
+    def send(self, text: str | None = None) -> bool:
+        """Send the composer's text (or `text`) with its attachments. False when nothing was sent."""
+        if not isinstance(text, str):  # a button's clicked(bool) lands here too
+            text = self.page.composer.toPlainText()
+        text = text.strip()
+        attachments = list(self.page.attachment_bar.items)
+        if (not text and not attachments) or not self.models.ready or self.active is not None:
+            return False
+        self.chats.add_question(text, attachments)
+        self._regenerations = 0
+        self._start()
+        return True
+
+    def regenerate(self) -> None:
+        """A new version of the last answer; the earlier ones stay (‹ › on the answer)."""
+        if self.active is not None or not self.models.ready or not self.chats.messages:
+            return
+        if not self.chats.rewind_to_question():
+            return
+        self._regenerations += 1
+        self._start(seed_offset=self._regenerations)
+
+    def _start(self, seed_offset: int = 0) -> None:
+        settings = self.side_panel.settings()
+        settings = settings.replace(seed=settings.seed + seed_offset)
+        self._next_request += 1
+        chats = self.chats
+        req = GenerateRequest(self._next_request, chats.prompt_messages(), settings, dropped=chats.dropped_messages)
+        stats = {"mode": settings.mode, "settings": settings.to_dict()}
+        if settings.speculative:
+            stats["proposer"] = settings.proposer
+        msg = chats.conversation.add(Message("assistant", "", stats=stats, state="streaming"), chats.conversation.leaf)
+        w = chats.bubble(msg)
+        w.set_streaming(True)
+        w.set_meta(f"{settings.mode}" + (f" · {settings.proposer}" if settings.speculative else "") + " · generating…")
+        chats.show_versions()
+        self.active = Active(req, w, msg)
+        self.side_panel.reset_metrics(settings.mode)
+        self.status_label.setText("Generating…")
+        self.update_buttons()
+        self._save_timer.start()
+        self.worker.request_generate(req)
+
+    # -- the worker's signals -------------------------------------------------------------
+    def _is_current(self, request_id: int) -> bool:
+        return self.active is not None and self.active.request.request_id == request_id
+
+    def on_tokens(self, request_id: int, events: list, stats: dict) -> None:
+        if not self._is_current(request_id):
+            return
+        a = self.active
+        a.events.extend(events)
+        a.stats = dict(stats)
+        if stats.get("decode_tokens_per_second"):
+            a.series.append((stats["seconds"], stats["decode_tokens_per_second"]))
+        a.widget.append_events(events)
+        self.side_panel.show_stats(a.stats, a.request.settings.draft_tokens, a.series)
+        # the answer as it stands, saved as it grows
+        m = a.message
+        new = [ViewToken.from_event(ev) for ev in events]
+        m.tokens.extend(stored(new))
+        m.content += "".join(t.text for t in new)
+        m.stats = self._message_stats(a, stats)
+        a.unsaved += len(events)
+        self._save_streaming(force=False)
+
+    def on_finished(self, request_id: int, stats: dict) -> None:
+        if not self._is_current(request_id):
+            return
+        self._complete(stats)
+
+    def on_failed(self, request_id: int, message: str) -> None:
+        if not self._is_current(request_id):
+            return
+        a = self.active
+        if a.events:  # it broke off midway: keep what came, marked as cut
+            stats = dict(a.stats)
+            stats.update(stop_reason="error", error=message)
+            self._complete(stats)
+            return
+        self._end_without_answer(a)
+        a.widget.set_streaming(False)
+        a.widget.set_error(f"generation failed: {message}")
+        a.widget.set_meta("failed")
+        a.widget.message = None  # not part of the chat: Regenerate replaces it
+        self.status_label.setText(f"Generation failed: {message}")
+        self.update_buttons()
+        self.show_error("Generation failed", message)
+
+    def on_too_long(self, request_id: int, fit) -> None:
+        """The chat plus its answer budget does not fit the target's context: nothing was
+        computed. Offer to leave the oldest turns out of the prompt (they stay in the chat and in
+        history); when even the last message does not fit, say what to shorten."""
+        if not self._is_current(request_id):
+            return
+        self._end_without_answer(self.active)
+        self.page.chat_view.remove_last()  # the empty answer bubble: no answer was started
+        self.status_label.setText("The chat does not fit the target's context")
+        self.update_buttons()
+        self.context_dialog = self._too_long_dialog(fit)
+
+    def _too_long_dialog(self, fit) -> QMessageBox:
+        n, budget, context, drop = fit.prompt_tokens, fit.max_new_tokens, fit.context, fit.drop
+        text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
+                f"context holds {context} tokens.")
+        box = QMessageBox(QMessageBox.Icon.Warning, "The chat does not fit the context", text,
+                          QMessageBox.StandardButton.NoButton, self.window)
+        box.setWindowModality(Qt.WindowModality.WindowModal)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.drop_button = None
+        if drop is None:
+            box.setInformativeText("Even your last message with that answer budget does not fit: shorten it, or "
+                                   "lower Max new tokens, then press Regenerate. Nothing was deleted.")
+            box.addButton(QMessageBox.StandardButton.Ok)
+        else:
+            box.setInformativeText(f"Leave out the oldest {drop} message(s) of this conversation and send again? "
+                                   "They stay in the chat and in its history (marked in the chat); only the model "
+                                   "stops seeing them.")
+            box.drop_button = box.addButton("Drop oldest turns", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+
+            def clicked(button, drop=drop):
+                if button is box.drop_button and self.active is None:
+                    self.chats.dropped_messages = drop
+                    self._start(seed_offset=self._regenerations)  # the same request again
+                    self.context.schedule()
+
+            box.buttonClicked.connect(clicked)
+        box.open()
+        return box
+
+    # -- ending ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Esc: cancel the running generation. What streamed so far is kept and saved as a
+        stopped message; anything the worker still sends for it is dropped."""
+        if self.active is None:
+            return
+        self.worker.stop(self.active.request.request_id)
+        # the engine's running stats of the last batch shown: they count exactly the tokens
+        # that are kept (the worker forwards nothing once stopped)
+        stats = dict(self.active.stats) or {"new_tokens": 0}
+        stats["stop_reason"] = "cancelled"
+        self._complete(stats)
+
+    def escape(self) -> None:
+        """Esc: stop the answer being written, else cancel an edit."""
+        if self.active is not None:
+            self.stop()
+        else:
+            self.chats.cancel_edit()
+
+    def _end_without_answer(self, a: Active) -> None:
+        """No token came: the answer is taken out of the conversation (nothing of it was saved)."""
+        self.active = None
+        self._save_timer.stop()
+        self.chats.conversation.remove(a.message)
+        self.chats.show_versions()
+
+    def _complete(self, stats: dict) -> None:
+        a = self.active
+        self.active = None
+        self._save_timer.stop()
+        stats = self._message_stats(a, stats)
+        tokens = [ViewToken.from_event(ev) for ev in a.events]
+        content = "".join(t.text for t in tokens)
+        msg = a.message
+        msg.content, msg.tokens, msg.stats, msg.state = content, stored(tokens), stats, ""
+        if self.chats.chat is not None:
+            self.chats.save_message(msg)
+        w = a.widget
+        w.tokens = tokens
+        w.text = content
+        w.set_streaming(False)
+        w.set_meta(meta_line(stats))
+        self.side_panel.show_stats(stats, a.request.settings.draft_tokens, a.series)
+        self.side_panel.show_server_figures(stats)
+        reason = stats.get("stop_reason", "")
+        self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
+        if reason == "error":  # a stream that broke off: the part is kept, the dialog says why
+            w.set_error(f"cut off: {stats.get('error', '')}")
+            self.status_label.setText("The answer was cut off")
+            self.show_error("The answer was cut off",
+                            stats.get("error", "") + " — what arrived is kept, marked as cut.")
+        self.update_buttons()
+        self.context.schedule()
+        self.done.emit(reason)
+
+    # -- saving while it streams ----------------------------------------------------------
+    @staticmethod
+    def _message_stats(a: Active, stats: dict) -> dict:
+        settings = a.request.settings
+        out = dict(stats)
+        out.pop("text", None)
+        out.setdefault("mode", settings.mode)
+        if settings.speculative:
+            out.setdefault("proposer", settings.proposer)
+        out["settings"] = settings.to_dict()
+        # the decode rate's curve, kept with the answer: switching versions shows each one's own
+        out["series"] = [[round(t, 3), round(v, 2)] for t, v in a.series]
+        return out
+
+    def _save_streaming(self, force: bool) -> None:
+        """Write the streaming answer when SAVE_TOKENS tokens or SAVE_SECONDS wait (or `force`)."""
+        a = self.active
+        if a is None or not a.unsaved or self.chats.chat is None:
+            return
+        if force or a.unsaved >= SAVE_TOKENS or time.monotonic() - a.saved_at >= SAVE_SECONDS:
+            a.unsaved = 0
+            a.saved_at = time.monotonic()
+            self.chats.save_message(a.message)
