@@ -121,9 +121,12 @@ class EngineLike(Protocol):
         """What the server is and tells; None for models loaded here."""
         ...
 
-    def encode_chat(self, messages: Messages) -> Prompt:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> Prompt:
         """[{"role", "content"}, ...] -> the prompt, through the target's chat template, ending
-        with the assistant's turn opener."""
+        with the assistant's turn opener. `continue_final`: the last message is the assistant's
+        and the answer continues it (a prefill): the prompt ends with its content, the turn left
+        open (no end-of-turn after it, no new turn opener). EngineError where the last message is
+        not the assistant's, or where a server cannot continue one."""
         ...
 
     def encode_prompt(self, text: str) -> Prompt:

@@ -97,14 +97,19 @@ class Engine:
         return None
 
     # -- prompts ---------------------------------------------------------------------------
-    def encode_chat(self, messages: Messages) -> list[int]:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> list[int]:
         """messages [{"role": "system"|"user"|"assistant", "content": ...}] -> prompt ids,
-        through the target's own chat template, ending with the assistant's turn opener."""
+        through the target's own chat template, ending with the assistant's turn opener; with
+        `continue_final`, ending with the last (assistant's) message, its turn left open."""
+        if continue_final and (not messages or messages[-1]["role"] != "assistant"):
+            raise EngineError("only an assistant's message can be continued: the last message is not the assistant's")
         if getattr(self.tokenizer, "chat_template", None):
-            enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=not continue_final,
+                                                     continue_final_message=continue_final, tokenize=True)
             ids = enc["input_ids"] if hasattr(enc, "keys") else enc
             return list(ids)
-        # A base model without a template: plain concatenation of the contents.
+        # A base model without a template: plain concatenation of the contents (which ends with
+        # the last message's content: continued or not, the same prompt).
         text = "\n\n".join(m["content"] for m in messages)
         return self.tokenizer(text)["input_ids"]
 

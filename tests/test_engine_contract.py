@@ -109,7 +109,7 @@ class FakeEngine:
     def server_info(self) -> ServerInfo | None:
         return self._server
 
-    def encode_chat(self, messages):
+    def encode_chat(self, messages, *, continue_final=False):
         return [len(w) for m in messages for w in m["content"].split()]
 
     def encode_prompt(self, text):
@@ -159,6 +159,16 @@ def test_the_local_engine_implements_the_contract():
     assert raw == engine.tokenizer("the cat sat")["input_ids"] and len(raw) < len(engine.encode_prompt("the cat sat"))
     gen = engine.generate(engine.encode_chat(messages), DecodeSettings(5, draft_tokens=2))
     assert isinstance(gen, GenerationLike) and len(gen.run().events) == 5 and gen.snapshot() == gen.stats
+    # a prefill: the chat template's continue_final_message rendering, the assistant's turn left open
+    prefill = [*messages, {"role": "assistant", "content": "the cat"}]
+    want = engine.tokenizer.apply_chat_template(prefill, continue_final_message=True, add_generation_prompt=False,
+                                                tokenize=True)["input_ids"]
+    assert engine.encode_chat(prefill, continue_final=True) == list(want)
+    closed = engine.encode_chat(prefill)  # without: the message closed (<|im_end|>), then a new turn
+    im_end = engine.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert closed[:len(want)] == list(want) and closed[len(want)] == im_end
+    with pytest.raises(EngineError, match="not the assistant's"):
+        engine.encode_chat(messages, continue_final=True)
     fork = engine.fork()
     assert fork.target is engine.target and fork.decoder is not engine.decoder
 
@@ -182,6 +192,11 @@ def test_the_server_engine_implements_the_contract():
         engine.fork()
     with pytest.raises(EngineError, match="does not tokenize text"):  # said before any request is sent
         engine.encode_text("hello")
+    # its chat endpoint would open a new turn after a last assistant message: a prefill is refused
+    prefill = [{"role": "user", "content": "count"}, {"role": "assistant", "content": "1, 2,"}]
+    assert engine.encode_chat(prefill) == ChatPrompt(tuple(prefill))
+    with pytest.raises(EngineError, match="cannot be asked to continue"):
+        engine.encode_chat(prefill, continue_final=True)
 
 
 def test_an_engine_in_a_line_implements_the_contract():

@@ -176,6 +176,90 @@ def test_models_health_and_tokenize(server, client, engine):
     assert tok["tokens"] == engine.encode_chat(msgs) and tok["count"] == len(tok["tokens"])
 
 
+# -- an assistant prefill: the answer continues the last message ---------------------------------
+def test_a_last_assistant_message_is_continued_not_closed(server, client, engine, monkeypatch):
+    msgs = [{"role": "user", "content": "count to five"}, {"role": "assistant", "content": "1, 2, 3,"}]
+    rendered = engine.tokenizer.apply_chat_template(msgs, continue_final_message=True, add_generation_prompt=False,
+                                                    tokenize=False)
+    assert rendered.endswith("<|im_start|>assistant\n1, 2, 3,")  # the turn left open: no <|im_end|>, no new turn
+    want = list(engine.tokenizer.apply_chat_template(msgs, continue_final_message=True, add_generation_prompt=False,
+                                                     tokenize=True)["input_ids"])
+    assert engine.encode_chat(msgs, continue_final=True) == want and engine.encode_chat(msgs) != want
+    prompts = []
+    real = engine.generate
+
+    def spy(prompt, *args, **kwargs):
+        prompts.append(list(prompt))
+        return real(prompt, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "generate", spy)
+    r = client.chat.completions.create(model="target", messages=msgs, max_tokens=12, temperature=0)
+    assert prompts == [want] and r.usage.prompt_tokens == len(want)
+    # the content is the continuation alone: what the same ids answer as a raw prompt
+    raw = client.completions.create(model="target", prompt=want, max_tokens=12, temperature=0)
+    assert r.choices[0].message.content == raw.choices[0].text and prompts[-1] == want
+    streamed = client.chat.completions.create(model="target", messages=msgs, max_tokens=12, temperature=0,
+                                              stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) == raw.choices[0].text
+    assert prompts[-1] == want
+    # /tokenize gives what the chat endpoint feeds the model; a chat ending with the user's is unchanged
+    assert httpx.post(server.url + "/tokenize", json={"messages": msgs}).json()["tokens"] == want
+    client.chat.completions.create(model="target", messages=msgs[:1], max_tokens=2, temperature=0)
+    assert prompts[-1] == engine.encode_chat(msgs[:1])
+    # a specdec serve as a server target continues it too (its /tokenize), asked or not
+    from specdec_core.contract import EngineError
+    from specdec_core.server import connect
+
+    remote = connect(server.url)
+    assert remote.encode_chat(msgs, continue_final=True) == want
+    with pytest.raises(EngineError, match="last message is not the assistant's"):
+        remote.encode_chat(msgs[:1], continue_final=True)
+
+
+# -- CORS, for a browser client ---------------------------------------------------------------
+ORIGIN = "http://localhost:3000"
+
+
+def preflight(url: str, origin: str, method: str = "POST") -> httpx.Response:
+    return httpx.options(url, headers={"Origin": origin, "Access-Control-Request-Method": method,
+                                       "Access-Control-Request-Headers": "authorization, content-type"})
+
+
+def test_cors_for_the_listed_origins_only(engine):
+    user = [{"role": "user", "content": "the cat"}]
+    for srv in in_process(engine, cors_origins=[ORIGIN, "https://app.example"], api_key="k"):
+        chat = srv.url + "/v1/chat/completions"
+        ok = preflight(chat, ORIGIN)
+        assert ok.status_code in (200, 204) and ok.headers["access-control-allow-origin"] == ORIGIN
+        assert "POST" in ok.headers["access-control-allow-methods"]
+        assert "authorization" in ok.headers["access-control-allow-headers"].lower()
+        assert preflight(srv.url + "/v1/models", "https://app.example", "GET").headers[
+            "access-control-allow-origin"] == "https://app.example"
+        refused = preflight(chat, "http://evil.example")
+        assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+        auth = {"Authorization": "Bearer k", "Origin": ORIGIN}
+        body = {"messages": user, "max_tokens": 3, "temperature": 0}
+        whole = httpx.post(chat, json=body, headers=auth)
+        assert whole.status_code == 200 and whole.headers["access-control-allow-origin"] == ORIGIN
+        with httpx.stream("POST", chat, json={**body, "stream": True}, headers=auth) as streamed:
+            assert streamed.headers["access-control-allow-origin"] == ORIGIN
+            assert "[DONE]" in "".join(streamed.iter_text())
+        # an error is readable by the page too (its key is wrong, its prompt too long ...)
+        assert httpx.post(chat, json=body, headers={"Origin": ORIGIN}).headers[
+            "access-control-allow-origin"] == ORIGIN
+        other = httpx.post(chat, json=body, headers={**auth, "Origin": "http://evil.example"})
+        assert other.status_code == 200 and not any(h.startswith("access-control-") for h in other.headers)
+
+
+def test_no_cors_without_the_flag(server):
+    chat = server.url + "/v1/chat/completions"
+    assert preflight(chat, ORIGIN).status_code == 405  # as before: no OPTIONS route
+    r = httpx.post(chat, json={"messages": [{"role": "user", "content": "the cat"}], "max_tokens": 2},
+                   headers={"Origin": ORIGIN})
+    assert r.status_code == 200 and not any(h.startswith("access-control-") for h in r.headers)
+    assert "origin" not in r.headers.get("vary", "").lower()
+
+
 # -- errors, in the OpenAI shape ------------------------------------------------------------------
 def error_of(r: httpx.Response, status: int) -> dict:
     assert r.status_code == status, r.text
@@ -198,11 +282,23 @@ def test_every_refusal_has_its_status_and_the_openai_shape(server, engine, monke
     assert error_of(httpx.get(chat), 405)["code"] == "method_not_allowed"
     assert error_of(httpx.post(chat, json={"messages": user, "max_tokens": "many"}), 422)["param"] == "max_tokens"
     assert error_of(httpx.post(chat, json={"messages": [{"role": "user"}]}), 400)["param"] == "messages[0].content"
+    # a prompt over the context: 400 context_length_exceeded, as OpenAI, vLLM and llama-server answer it
     context = engine.context_length
-    over = error_of(httpx.post(url + "/v1/completions", json={"prompt": [5] * (context + 1), "max_tokens": 4}), 413)
+    over = error_of(httpx.post(url + "/v1/completions", json={"prompt": [5] * (context + 1), "max_tokens": 4}), 400)
     assert over["param"] == "prompt" and over["code"] == "context_length_exceeded" and str(context) in over["message"]
-    budget = error_of(httpx.post(chat, json={"messages": user, "max_tokens": context}), 413)
-    assert budget["param"] == "max_tokens" and "lower max_tokens" in budget["message"]
+    assert over["type"] == "invalid_request_error"
+    long_chat = [{"role": "user", "content": " the cat" * context}]
+    err = error_of(httpx.post(chat, json={"messages": long_chat, "max_tokens": 4}), 400)
+    assert (err["type"], err["param"], err["code"]) == ("invalid_request_error", "messages", "context_length_exceeded")
+    err = error_of(httpx.post(chat, json={"messages": long_chat}), 400)  # no max_tokens: no room left for one
+    assert (err["param"], err["code"]) == ("messages", "context_length_exceeded")
+    budget = error_of(httpx.post(chat, json={"messages": user, "max_tokens": context}), 400)
+    assert budget["param"] == "max_tokens" and budget["code"] == "context_length_exceeded"
+    assert "lower max_tokens" in budget["message"]
+    with pytest.raises(openai.BadRequestError) as too_long:  # what the official client raises from it
+        openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0).chat.completions.create(
+            model="target", messages=long_chat, max_tokens=4)
+    assert too_long.value.code == "context_length_exceeded" and too_long.value.param == "messages"
     assert error_of(httpx.post(url + "/v1/completions", json={"prompt": [10**6]}), 400)["param"] == "prompt"
     from specdec_core.serve import app as serve_app
 

@@ -230,3 +230,17 @@ def test_the_served_model_id_is_one_word():
 
     assert served_name("Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)") == "qwen2.5-coder-1.5b-instruct-q4_k_m"
     assert served_name("target") == "target" and served_name("((  ))") == "model"
+
+
+def test_cors_origins_on_the_command_line():
+    from specdec_core.cli.args import UsageError
+    from specdec_core.cli.dispatch import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["serve"]).cors_origins is None  # none by default: no CORS
+    args = parse(["serve", "--cors-origin", "http://localhost:3000", "--cors-origin", "https://app.example"])
+    assert args.cors_origins == ["http://localhost:3000", "https://app.example"]
+    assert parse(["serve", "--cors-origin", "*"]).cors_origins == ["*"]
+    for bad in ("http://localhost:3000/", "localhost:3000", "https://app.example/chat", ""):
+        with pytest.raises(UsageError, match="--cors-origin must be an origin"):
+            parse(["serve", "--cors-origin", bad])

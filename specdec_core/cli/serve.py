@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from .args import UsageError, add_model_args, int_at_least
@@ -16,6 +17,15 @@ def _port(value: str) -> int:
     if port > 65535:
         raise argparse.ArgumentTypeError(f"--port must be <= 65535, got {port}")
     return port
+
+
+def _origin(value: str) -> str:
+    """A web origin as a browser sends it in its Origin header: scheme://host[:port], no path
+    (a trailing slash would never match); "*": any origin."""
+    if value == "*" or re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s?#]+", value):
+        return value
+    raise argparse.ArgumentTypeError(f"--cors-origin must be an origin such as http://localhost:3000 (scheme, host "
+                                     f"and port, no path or trailing slash) or *, got {value!r}")
 
 
 def add_parser(sub) -> None:
@@ -42,6 +52,10 @@ def add_parser(sub) -> None:
                                      "past that they get 429 with Retry-After")
     s.add_argument("--model-name", default=None, metavar="NAME",
                    help="the model id clients send (default: the target's name in lower case, one word)")
+    s.add_argument("--cors-origin", action="append", type=_origin, default=None, metavar="ORIGIN",
+                   dest="cors_origins",
+                   help="a web origin (e.g. http://localhost:3000) whose pages may call the server from a browser "
+                        "(CORS); repeatable; * allows any site (default: none, no CORS headers)")
 
 
 def run(args) -> int:
@@ -58,12 +72,15 @@ def run(args) -> int:
     engine = open_engine(args.target, draft, device=args.device, dtype=args.dtype, quantization=args.quantization,
                          trust_remote_code=args.trust_remote_code, progress=progress)
     print_loaded(engine)
-    server = LocalServer(engine, args.host, args.port, key, args.max_waiting, args.model_name)
+    server = LocalServer(engine, args.host, args.port, key, args.max_waiting, args.model_name,
+                         cors_origins=args.cors_origins or ())
     warning = exposure_warning(args.host, key)
     if warning:
         print(f"specdec serve: warning: {warning}", file=sys.stderr)
     print(f"specdec serve: {server.model} at {server.url}/v1 (OpenAI-compatible; "
-          f"{'an API key is asked' if key else 'no API key'}; Ctrl+C stops)", file=sys.stderr, flush=True)
+          f"{'an API key is asked' if key else 'no API key'}; "
+          f"{'CORS for ' + ', '.join(args.cors_origins) + '; ' if args.cors_origins else ''}Ctrl+C stops)",
+          file=sys.stderr, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # Ctrl+C is how a server is meant to stop: uvicorn has shut down cleanly

@@ -3,7 +3,8 @@
     GET  /health                 {"status": "ok", "model", "busy", "waiting", "max_waiting", "served"}
     GET  /v1/models              the served model, owned_by "specdec", its pair under "specdec"
     GET  /v1/models/{id}
-    POST /v1/chat/completions    messages through the target's chat template
+    POST /v1/chat/completions    messages through the target's chat template (a last assistant
+                                 message is a prefill: the answer continues it)
     POST /v1/completions         raw text or token ids, no template
     POST /tokenize               {"messages"} or {"prompt"} -> {"tokens", "count", "max_model_len"}
 
@@ -16,6 +17,8 @@ connection while a whole answer is awaited -- sets its generation's cancel event
 decoder reads before each step (or which takes it out of the line while it waits).
 
 With a key, every path but /health wants `Authorization: Bearer KEY` (as OpenAI's and vLLM's).
+With CORS origins (--cors-origin), Starlette's CORSMiddleware answers those origins' browser
+preflights and marks every response to them; without, there is no CORS at all.
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -151,12 +156,14 @@ class Service:
         return Prepared(opts, ids, gen, cancel, echo)
 
     def _encode(self, messages: list[dict[str, str]] | None, text: str | None) -> list[int]:
-        """Messages through the chat template, or raw text through the tokenizer alone."""
+        """Messages through the chat template, or raw text through the tokenizer alone. A chat
+        whose last message is the assistant's is a prefill, as llama-server takes it: the answer
+        continues that message (its turn left open in the prompt) rather than opening a new one."""
         if messages is None:
             ids = list(self.engine.encode_text(text))
         else:
             try:
-                ids = list(self.engine.encode_chat(messages))
+                ids = list(self.engine.encode_chat(messages, continue_final=messages[-1]["role"] == "assistant"))
             except Exception as exc:  # noqa: BLE001 -- a template may refuse a conversation (its roles' order)
                 raise errors.invalid(f"the target's chat template refused these messages: {exc}", "messages") \
                     from None
@@ -182,7 +189,9 @@ def served_name(name: str) -> str:
 
 
 # -- the routes ---------------------------------------------------------------------------------
-def build_app(service: Service) -> Starlette:
+def build_app(service: Service, cors_origins: Sequence[str] = ()) -> Starlette:
+    """`cors_origins`: the web origins ("http://localhost:3000", "*" for any) whose pages may call
+    this server from a browser; none: no CORS headers at all."""
     async def health(_request: Request) -> Response:
         return JSONResponse(service.health())
 
@@ -244,9 +253,20 @@ def build_app(service: Service) -> Starlette:
         Route("/tokenize", tokenize, methods=["POST"]),
     ]
     handlers = {APIError: _api_error, HTTPException: _http_error, Exception: _crash}
-    app = Starlette(routes=routes, exception_handlers=handlers)
+    middleware = [cors(cors_origins)] if cors_origins else None
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
     app.state.service = service
     return app
+
+
+def cors(origins: Sequence[str]) -> Middleware:
+    """Starlette's CORSMiddleware for `origins`: their preflights answered (the methods served,
+    any request header: the key's Authorization, the JSON's Content-Type, an SDK's own), their
+    responses, streamed or not, marked with Access-Control-Allow-Origin; any other origin's
+    preflight refused (400) and its responses unmarked. No credentials: the key is a header,
+    not a cookie."""
+    return Middleware(CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST"],
+                      allow_headers=["*"])
 
 
 class AnswerStream(StreamingResponse):

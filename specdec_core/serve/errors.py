@@ -1,10 +1,12 @@
 """The OpenAI error shape, {"error": {"message", "type", "param", "code"}}, with its HTTP status:
 every refusal of `specdec serve` is one of these, never a traceback.
 
-    400  malformed JSON, a value out of range, a field this server does not do (n > 1, logprobs)
+    400  malformed JSON, a value out of range, a field this server does not do (n > 1, logprobs);
+         a prompt (with its answer budget) over the target's context, code context_length_exceeded
+         as OpenAI, vLLM and llama-server answer it (agents read that code to trim and retry)
     401  a missing or wrong API key, when the server has one
     404  an unknown model or path
-    413  a prompt (with its answer budget) over the target's context, or an oversized body
+    413  an oversized body
     422  a field of the wrong type
     429  the line of waiting requests is full (with Retry-After)
     500  the engine failed on a request it had accepted
@@ -49,7 +51,7 @@ def unknown_model(model: str, served: str) -> APIError:
 
 
 def too_long(message: str, param: str) -> APIError:
-    return APIError(413, message, param=param, code="context_length_exceeded")
+    return APIError(400, message, param=param, code="context_length_exceeded")
 
 
 def unauthorized(message: str) -> APIError:

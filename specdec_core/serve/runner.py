@@ -13,6 +13,7 @@ import ipaddress
 import socket
 import threading
 import time
+from collections.abc import Sequence
 
 from ..contract import EngineLike
 from ..models.errors import ModelError
@@ -52,11 +53,13 @@ def exposure_warning(host: str, api_key: str | None) -> str:
 
 class LocalServer:
     """`engine` served at http://host:port. `queue`: the engine's line, shared with whatever else
-    decodes on it (the app's chat); a new one when not given."""
+    decodes on it (the app's chat); a new one when not given. `cors_origins`: the web origins
+    whose pages may call it from a browser (none: no CORS)."""
 
     def __init__(self, engine: EngineLike, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  api_key: str | None = None, max_waiting: int = DEFAULT_MAX_WAITING, model_name: str | None = None,
-                 queue: DecodeQueue | None = None, log_level: str = "info", access_log: bool = True):
+                 queue: DecodeQueue | None = None, log_level: str = "info", access_log: bool = True,
+                 cors_origins: Sequence[str] = ()):
         if engine.server_info() is not None:
             raise ServeError("specdec serve serves models loaded here; the target is already a server "
                              f"({engine.server_info().url}): give a local model (--target SPEC)")
@@ -70,7 +73,7 @@ class LocalServer:
         self._sock = _bind(host, port)
         self.port = self._sock.getsockname()[1]
 
-        config = uvicorn.Config(build_app(self.service), log_level=log_level, access_log=access_log,
+        config = uvicorn.Config(build_app(self.service, cors_origins or ()), log_level=log_level, access_log=access_log,
                                 loop="asyncio", http="h11", ws="none", lifespan="off",
                                 timeout_graceful_shutdown=5)
         self._server = uvicorn.Server(config)

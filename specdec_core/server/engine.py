@@ -228,9 +228,20 @@ class ServerEngine:
         return twin
 
     # -- prompts ----------------------------------------------------------------------------
-    def encode_chat(self, messages: Messages) -> Prompt:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> Prompt:
         """llama-server, specdec serve: token ids through its own template and tokenizer (what its
-        chat endpoint would feed the model); others: the messages, for their chat endpoint."""
+        chat endpoint would feed the model); others: the messages, for their chat endpoint.
+        `continue_final`: llama-server (unless started with --no-prefill-assistant) and specdec
+        serve continue a last assistant message themselves (asked or not: their template
+        endpoints render what their chat endpoints would); other servers' chat endpoints open a
+        new turn after it, so it is refused there (EngineError)."""
+        if continue_final:
+            if not messages or messages[-1]["role"] != "assistant":
+                raise EngineError("only an assistant's message can be continued: the last message is not the "
+                                  "assistant's")
+            if self.flavour not in (SPECDEC, LLAMA_CPP):
+                raise EngineError(f"the {self.flavour} server at {self.endpoint.url} cannot be asked to continue "
+                                  "the assistant's last message")
         if self.flavour == SPECDEC:
             return self._tokenize({"model": self.model, "messages": list(messages)})
         if self.flavour != LLAMA_CPP:
