@@ -309,7 +309,8 @@ class AdaptiveDraftLength:
                 # a draft step behind the text pays its read first: while lookup proposes, the
                 # draft falls behind, and each switch back costs that read
                 step = self.draft_step_cost or 1.0
-                rival = max(self.draft_rate / self.plain_rate * step / (step + self.read_cost(backlog)), 1.0)
+                rate = self.draft_rate / self.plain_rate if self.draft_rate is not None else self.predicted_gain()
+                rival = max(rate * step / (step + self.read_cost(backlog)), 1.0)
             else:
                 on = self._since_draft >= self._wait and self.draft_predicted_to_pay(backlog, remaining)
                 if on:

@@ -178,6 +178,17 @@ def test_a_source_that_loses_in_prose_stops_there_and_is_judged_afresh_in_code()
     assert ctl.plan(0, 100, kind=CODE).lookup[1] > 0 and ctl.kind == CODE
 
 
+def test_a_code_block_opening_measures_the_draft_afresh():
+    # the draft lost in prose (its rate below plain's); a code fence opens: its rate on record
+    # is of the other kind of text, so it proposes at once and is judged on code
+    ctl = AdaptiveDraftLength(sources=(LOOKUP, DRAFT))
+    sim = Sim(ctl, lambda s, k: 0, d=0.4, row=0.25, stop=4, prompt=10)
+    sim.run(40)
+    assert ctl.draft_started and not ctl.draft_wins
+    plan = ctl.plan(0, 100, kind=CODE)
+    assert plan.draft > 0 and ctl.draft_rate is None
+
+
 def test_the_ledger_stops_a_source_whose_steps_lose_time_whatever_its_acceptance_says():
     # hand-built steps: a plain step takes 1 s; lookup keeps 1 of 2 after 8-token matches (its
     # prior says such a run pays) but the verification takes 3 s: 2 tokens for 3 s lose 1 s
