@@ -264,12 +264,14 @@ class ChatControl(QObject):
     def add_question(self, text: str, attachments: list[Attachment]) -> Message:
         """The user's message at the end of the branch (a sibling of the message being edited),
         saved, shown; the chat is created on its first message."""
-        prompt = self.page.system_prompt.toPlainText().strip()
+        def system_prompt() -> str:
+            return self.page.system_prompt.toPlainText().strip()
+
         if self.chat is None:
             self.chat = OpenChat(None, " ".join(text.split())[:48] or attachments[0].name)
-            self.store.save_chat(self.chat, lambda: self.page.system_prompt.toPlainText().strip())
+            self.store.save_chat(self.chat, system_prompt)
         else:
-            self.store.save_system_prompt(self.chat, prompt)
+            self.store.save_system_prompt(self.chat, system_prompt())
         # an edit is a sibling of the message it replaces; otherwise the next message of the branch
         parent = self.editing.parent if self.editing is not None else self.conversation.leaf
         msg = self.conversation.add(Message("user", text, attachments=attachments), parent)
