@@ -25,9 +25,8 @@ from pathlib import Path
 
 from . import BenchError
 
-# the built-in sets by name, in the assets (assets/, the wheel's specdec_assets)
-BUILTIN_SETS = {"corpus": "bench_corpus.jsonl", "classic": "bench_prompts.jsonl"}
-BUILTIN_PROMPTS = BUILTIN_SETS["corpus"]
+# the built-in sets by name (the first the default), in the assets (assets/, the wheel's specdec_assets)
+BUILTIN_SETS = ("corpus", "classic")
 ROLES = ("system", "user", "assistant")
 SPLITS = ("tuning", "holdout")
 
@@ -64,8 +63,7 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
     if path is None or str(path) in BUILTIN_SETS:
         from .. import assets
 
-        file = BUILTIN_SETS[str(path)] if path is not None else BUILTIN_PROMPTS
-        name, text = f"assets/{file}", assets.read_text(file)
+        name, text = f"assets/{builtin_file(path)}", assets.read_text(builtin_file(path))
     else:
         path = Path(path)
         if not path.is_file():
@@ -96,6 +94,13 @@ def load_prompts(path: str | Path | None = None, categories: list[str] | None = 
                 kept.append(p)
         prompts = kept
     return prompts
+
+
+def builtin_file(name: str | Path | None) -> str:
+    """The asset file of a built-in set (None: the default, the corpus)."""
+    if name is not None and str(name) == "classic":
+        return "bench_prompts.jsonl"
+    return "bench_corpus.jsonl"
 
 
 def split_by_fit(engine, prompts: list[BenchPrompt], max_new_tokens: int) -> tuple[list[BenchPrompt], list[dict]]:

@@ -186,10 +186,10 @@ def _run_local(args) -> int:
 
 
 def _prompt_file(prompts: str | None) -> str:
-    from ..bench.prompts import BUILTIN_PROMPTS, BUILTIN_SETS
+    from ..bench.prompts import BUILTIN_SETS, builtin_file
 
     if prompts is None or prompts in BUILTIN_SETS:
-        return f"assets/{BUILTIN_SETS.get(prompts, BUILTIN_PROMPTS)}"
+        return f"assets/{builtin_file(prompts)}"
     return Path(prompts).name
 
 
