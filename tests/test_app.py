@@ -176,6 +176,10 @@ def test_toggle_changes_kinds_of_next_message(qtbot, make_window):
     assert {t.kind for t in win.chats.messages[-1].tokens} == {"standard"}
     win.side_panel.mode_button.click()  # one click: speculative from the next message
     assert win.side_panel.mode == "speculative"
+    # a fixed k: whether the adaptive controller starts the draft on tiny models depends on how
+    # fast this machine runs them (with both cores busy it did not, 3 runs of 3); the toggle is
+    # what this test is about
+    win.side_panel.adaptive.setChecked(False)
     send_and_wait(qtbot, win, "is the cat on the mat")
     kinds = [t.kind for t in win.chats.messages[-1].tokens]
     assert set(kinds) <= SPEC_KINDS and "accepted" in kinds
