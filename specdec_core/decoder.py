@@ -115,11 +115,10 @@ class Decoder:
             stats.reused_prompt_tokens = target.keep_prefix(ids)
         else:
             target.reset()
+        target.forward_passes = 0
         if proposer is not None:
             prior = self.last_answer_tokens if stats.reused_prompt_tokens else 0
             policy = make_policy(settings.draft_tokens, proposer.sources, prior)
-        target.forward_passes = 0
-        if proposer is not None:
             proposer.reset(keep=ids if reuse_cache else None)
         t0 = time.perf_counter()
         emitted = 0
