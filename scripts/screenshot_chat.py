@@ -82,21 +82,21 @@ def main() -> int:
             time.sleep(0.01)
         return pred()
 
-    win.start_loading()
+    win.models.start_loading()
     if not wait(lambda: state["ready"] or state["error"]) or state["error"]:
         print(f"load failed: {state['error']}", file=sys.stderr)
         win.shutdown()
         return 1
-    win.system_prompt.setPlainText(args.system)
+    win.page.system_prompt.setPlainText(args.system)
     win.side_panel.max_new.setValue(max_new)
-    server = win.model_info.get("server")
+    server = win.models.model_info.get("server")
     fixed = server is not None and not server.can_toggle  # a server that decides its own mode: leave the toggle be
     for i, prompt in enumerate(prompts):
         # first message standard, the rest speculative: both colourings in one picture
         if not fixed:
             win.side_panel.set_mode("standard" if (i == 0 and len(prompts) > 1) else "speculative")
         want = state["done"] + 1
-        win.send(prompt)
+        win.generation.send(prompt)
         if not wait(lambda: state["done"] >= want):
             print("generation timed out", file=sys.stderr)
             break

@@ -96,7 +96,7 @@ class Driver:
             time.sleep(0.02)
 
     def load(self) -> None:
-        self.win.start_loading()
+        self.win.models.start_loading()
         if not self.wait(lambda: self.state["ready"] or self.state["error"]) or self.state["error"]:
             raise SystemExit(f"load failed: {self.state['error']}")
         self.win.side_panel.max_new.setValue(self.args.max_new_tokens)
@@ -109,7 +109,7 @@ class Driver:
 
     def send(self, text: str, mode: str = "speculative") -> None:
         self.win.side_panel.set_mode(mode)
-        self.answer(lambda: self.win.send(text))
+        self.answer(lambda: self.win.generation.send(text))
 
     def shot(self, path: Path) -> None:
         self.settle()
@@ -128,18 +128,18 @@ def branches_search_attachment_dark(args, out: Path) -> None:
     win = d.win
     # a short chat first, so the search has more than one chat to look through
     d.send("Name three uses of a hash map, one line each.")
-    win.new_chat()
+    win.chats.new_chat()
     question = "Write a Python function that reverses the words of a sentence."
     d.send(question, "standard")
     d.win.side_panel.set_mode("speculative")
-    d.answer(win.regenerate)  # version 2 of the answer: speculative, beside the standard one
-    first_q = win.messages[0]
-    win.edit_message(first_q)
-    win.composer.setPlainText("Write a Python function that reverses the words of a sentence, keeping punctuation "
+    d.answer(win.generation.regenerate)  # version 2 of the answer: speculative, beside the standard one
+    first_q = win.chats.messages[0]
+    win.chats.edit_message(first_q)
+    win.page.composer.setPlainText("Write a Python function that reverses the words of a sentence, keeping punctuation "
                               "attached to its word.")
-    d.answer(win.send)  # a second branch of the question
-    win.switch_version(win.messages[0], -1)  # back on the first branch: ‹ 1/2 › on the question, 2/2 on the answer
-    win.chat_view.verticalScrollBar().setValue(0)
+    d.answer(win.generation.send)  # a second branch of the question
+    win.chats.switch_version(win.chats.messages[0], -1)  # back on the first branch: ‹ 1/2 › on the question, 2/2 on the answer
+    win.page.chat_view.verticalScrollBar().setValue(0)
     d.shot(out / "chat-branches.png")
 
     win.chat_list.search.setText("reverses words")
@@ -156,18 +156,18 @@ def branches_search_attachment_dark(args, out: Path) -> None:
     d.shot(out / "chat-search.png")
     win.chat_list.clear_search()
 
-    win.new_chat()
+    win.chats.new_chat()
     folder = Path(tempfile.mkdtemp(prefix="specdec-attach-"))
     (folder / "prices.py").write_text(CODE)
-    win.attach_files([str(folder / "prices.py")])
-    win.composer.setPlainText("Add type hints and a one-line docstring to both functions. Reply with the whole file.")
+    win.chats.attach_files([str(folder / "prices.py")])
+    win.page.composer.setPlainText("Add type hints and a one-line docstring to both functions. Reply with the whole file.")
     d.settle(0.5)
-    d.answer(win.send)
-    win.chat_view.verticalScrollBar().setValue(0)  # the question with its file's chip, then the answer
+    d.answer(win.generation.send)
+    win.page.chat_view.verticalScrollBar().setValue(0)  # the question with its file's chip, then the answer
     d.shot(out / "chat-attachment.png")
-    win.set_theme_mode("dark")
+    win.prefs.set_theme_mode("dark")
     d.shot(out / "chat-dark.png")
-    win.set_theme_mode("light")
+    win.prefs.set_theme_mode("light")
     d.close()
 
 
@@ -195,8 +195,8 @@ def killed(args, out: Path) -> None:
     proc.wait(60)
     d = Driver(args, data)
     d.load()
-    (chat,) = d.win.history.chats()
-    d.win.open_chat(chat.id)
+    (chat,) = d.win.store.history.chats()
+    d.win.chats.open_chat(chat.id)
     d.shot(out / "chat-killed.png")
     d.close()
 
@@ -208,7 +208,7 @@ def child(args) -> None:
     d.load()
     timer = print_shown(d.win, 50)  # noqa: F841 -- runs while the answer streams
     d.win.side_panel.set_mode("speculative")
-    d.win.send("Explain how a hash map works, then write a small one in Python with put, get and resize, "
+    d.win.generation.send("Explain how a hash map works, then write a small one in Python with put, get and resize, "
                "and explain its cost.")
     d.wait(lambda: d.state["done"] > 0, 900)  # killed before this, unless the answer was quicker
     d.close()

@@ -165,10 +165,10 @@ def main() -> int:
         win.show()
         ready = []
         win.models_ready.connect(lambda: ready.append(1))
-        win.start_loading()
+        win.models.start_loading()
         wait(app, lambda: ready)
-        win.load_dialog()
-        dlg = win.models_dialog
+        win.models.load_dialog()
+        dlg = win.models.dialog
         scanned = []
         dlg.scan_ready.connect(lambda: scanned.append(1))
         wait(app, lambda: scanned)
@@ -187,7 +187,7 @@ def main() -> int:
             win.side_panel.set_mode(mode)
             done = []
             win.message_done.connect(lambda _r, d=done: d.append(1))
-            win.send(prompt)
+            win.generation.send(prompt)
             wait(app, lambda d=done: d, timeout=1800)
         shot(app, win, args.out / "models-nf4-window.png")
         win.close()
