@@ -170,7 +170,7 @@ class AdaptiveDraftLength:
     # (negative: won, down to -credit_cap plain steps), and the decoding time so far
     budget_share: float = 0.02
     credit_cap: float = 3.0
-    losses: dict = field(default_factory=dict)
+    losses: dict[tuple[str, str, int], float] = field(default_factory=dict)
     elapsed: float = 0.0
     kind: str = PROSE  # the kind of text of the step planned last
 
