@@ -96,7 +96,7 @@ from app.theme import Theme
 app = QApplication([])
 collector = GuiThreadCollector(interval_ms=20) if sys.argv[1] == "with" else None
 gc.disable()  # the cycles below stay garbage until a collection, as between two tests
-for _ in range(3):
+for _ in range(12):  # with 3 views the crash came in about half the runs; with 12 in every one of 20
     view = RaceView(Theme(False))
     view.show()
     app.processEvents()
@@ -133,10 +133,25 @@ def test_closed_views_in_a_cycle_and_a_worker_crossing_the_threshold(tmp_path, m
 
     script = tmp_path / "cycle.py"
     script.write_text(WIDGETS_IN_A_CYCLE)
-    r = subprocess.run([sys.executable, str(script), mode], cwd=Path(__file__).resolve().parent.parent,
-                       capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": "."})
+
+    def run():
+        return subprocess.run([sys.executable, str(script), mode], cwd=Path(__file__).resolve().parent.parent,
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": "."})
+
     if mode == "with":
-        assert r.returncode == 0 and "survived" in r.stdout, r.stdout + r.stderr[-2000:]
+        for _ in range(3):  # never a crash
+            r = run()
+            assert r.returncode == 0 and "survived" in r.stdout, r.stdout + r.stderr[-2000:]
     else:
-        assert r.returncode != 0 and "survived" not in r.stdout, "the hazard no longer reproduces: " + r.stdout
+        # the crash is a race between the worker's collection and Qt's objects: 12 views make it
+        # come every time here (20 of 20); the control still allows 3 tries, asking for one
+        # crash at least (the scenario is real, not that it crashes every time)
+        outs = []
+        for _ in range(3):
+            r = run()
+            if r.returncode != 0 and "survived" not in r.stdout:
+                break
+            outs.append(r.stdout)
+        else:
+            pytest.fail("the hazard no longer reproduces in 3 runs: " + " | ".join(outs))
