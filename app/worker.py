@@ -24,11 +24,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from specdec_core.settings import DEFAULT_DRAFT_TOKENS, DecodeSettings  # light: no torch
+
+if TYPE_CHECKING:  # the contract, for the types only: the engine itself opens in the worker thread
+    from specdec_core.contract import EngineLike
 
 BATCH_SECONDS = 0.030
 
@@ -48,7 +51,7 @@ class LoadRequest:
     device: str = "auto"
     dtype: str = "auto"
     quantization: str | None = None
-    factory: Callable[[Callable[[str, float | None], None]], Any] | None = None
+    factory: Callable[[Callable[[str, float | None], None]], EngineLike] | None = None
     api_key: str | None = field(default=None, repr=False)  # a server target's key (else $SPECDEC_API_KEY)
 
 
@@ -114,7 +117,7 @@ def step_batches(items, event_of: Callable[[Any], Any] = lambda x: x,
         yield batch
 
 
-def describe(engine: Any) -> dict:
+def describe(engine: EngineLike) -> dict:
     """What the GUI shows of an opened engine, as plain values: {"target": info dict, "draft":
     info dict | None, "server": ServerInfo | None}."""
     draft = engine.draft_info
@@ -145,7 +148,7 @@ class Worker(QObject):
 
     def __init__(self) -> None:
         super().__init__()
-        self.engine: Any = None
+        self.engine: EngineLike | None = None
         self._requests = RequestTracker()
         self._load_requested.connect(self._load)
         self._generate_requested.connect(self._generate)
