@@ -15,6 +15,14 @@ import torch
 from transformers import DynamicCache
 
 
+def common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """How many leading tokens a and b share, counting at most `limit`."""
+    n = 0
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class CachedLM:
     def __init__(self, model: torch.nn.Module, vocab_size: int | None = None, lean=None):
         """lean: a forward with the lean protocol -- new_cache(), and (ids, start, cache,
@@ -50,10 +58,7 @@ class CachedLM:
         if self.cache is None:
             self.reset()
             return 0
-        n = 0
-        limit = min(len(self.ids), len(ids) - 1)
-        while n < limit and self.ids[n] == ids[n]:
-            n += 1
+        n = common_prefix(self.ids, ids, min(len(self.ids), len(ids) - 1))
         if n == 0:
             self.reset()
         else:

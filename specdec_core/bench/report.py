@@ -46,9 +46,9 @@ def build_rows(runs: list[dict], prompts, modes: list[Mode]) -> list[dict]:
     for r in runs:
         by_key.setdefault((r["prompt_id"], r["mode"]), []).append(r)
     order = {p.id: i for i, p in enumerate(prompts)}
+    # a turn "<id>#<n>" goes where its conversation's prompt is; turns keep the order they ran in
     measured = sorted(dict.fromkeys((r["prompt_id"], r["category"]) for r in runs),
-                      key=lambda k: (order.get(k[0].split("#")[0], len(order)), k[0].count("#"),
-                                     int(k[0].rsplit("#", 1)[1]) if "#" in k[0] else 0))
+                      key=lambda k: order.get(k[0].split("#")[0], len(order)))
     rows = []
     for pid, category in measured:
         for m in modes:

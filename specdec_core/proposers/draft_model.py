@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from ..lm import CachedLM
+from ..lm import CachedLM, common_prefix
 from ..sampling import SamplingParams, greedy_picks, probabilities, sample_from, top_probability
 from .base import DRAFT, DraftPlan, Proposal
 
@@ -46,6 +46,11 @@ class DraftModelProposer:
         """Tokens of the committed sequence the draft skipped (its view's gaps, in all)."""
         return sum(n for _, n in self.gaps)
 
+    @property
+    def seen(self) -> int:
+        """How much of the committed sequence the view covers: read, or skipped in a gap."""
+        return self.lm.length + self.offset
+
     def reset(self, keep: list[int] | None = None) -> None:
         """`keep`: the new sequence; the view keeps the longest prefix of it that it read (a
         chat's next turn, a regenerated answer, an edited message: their common prefix with
@@ -55,11 +60,8 @@ class DraftModelProposer:
             self.lm.reset()
             self.seq, self.gaps = [], []
             return
-        seen = self.lm.length + self.offset
-        limit = min(seen, len(keep) - 1)  # the last token of keep is fed with the first proposal
-        n = 0
-        while n < limit and self.seq[n] == keep[n]:
-            n += 1
+        # the last token of keep is fed with the first proposal
+        n = common_prefix(self.seq, keep, min(self.seen, len(keep) - 1))
         # seq[:n] is shared: the view keeps what it read of it, and the gaps before n (one that
         # n cuts ends at n: the next read goes on from there)
         cache, kept_gaps = n, []
@@ -79,7 +81,7 @@ class DraftModelProposer:
         return self.first_read_window if self.fresh else self.catchup_window
 
     def unread(self, ids: list[int]) -> int:
-        pending = len(ids) - self.lm.length - self.offset
+        pending = len(ids) - self.seen
         if pending <= 2:  # what a speculative step leaves: read with the first drafted token
             return 0
         return min(pending - 1, self._window())
@@ -95,7 +97,7 @@ class DraftModelProposer:
         # step, the last draft token the draft never fed) -- or a backlog: the prompt on a
         # late start, the text of steps the draft did not propose. A backlog is read in a pass
         # of its own (no logits), so its time is told apart from what the drafted tokens cost.
-        seen = self.lm.length + self.offset
+        seen = self.seen
         pending = ids[seen:]
         self.seq = ids
         catchup, read = 0.0, 0
