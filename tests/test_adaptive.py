@@ -104,7 +104,7 @@ def test_the_draft_does_not_start_while_the_target_is_unsure():
 
 
 def test_the_draft_starts_when_the_text_turns_predictable():
-    ctl = AdaptiveDraftLength()
+    ctl = AdaptiveDraftLength(first_answer_prior=0)  # the horizon: the answer so far alone
     sim = Sim(ctl, all_kept, d=0.1, row=0.1, margin=UNSURE)
     sim.run(40)
     assert not ctl.draft_started
@@ -113,6 +113,21 @@ def test_the_draft_starts_when_the_text_turns_predictable():
     first = sources(steps).index(DRAFT)
     assert first <= 8  # the running share of sure tokens crosses within a few tokens
     assert sources(steps[first:]).count(DRAFT) >= len(steps) - first - 2
+
+
+def test_a_first_answer_is_expected_to_run_on():
+    # a 300-token prompt to read: the answer's first tokens alone cannot repay that read, the 64
+    # tokens a first answer is expected to run to can
+    def first_draft_step(ctl):
+        steps = sources(Sim(ctl, all_kept, d=0.1, row=0.1, read=0.02, prompt=300).run(80))
+        return steps.index(DRAFT) if DRAFT in steps else len(steps)
+
+    expecting = first_draft_step(AdaptiveDraftLength())
+    assert expecting <= 8
+    assert first_draft_step(AdaptiveDraftLength(first_answer_prior=0)) > expecting + 20
+    # a conversation's previous answer is the evidence, when there is one: a short one holds
+    # the draft back longer than the prior would
+    assert first_draft_step(AdaptiveDraftLength(answer_prior=8)) > expecting
 
 
 def test_a_long_prompt_is_read_only_where_the_answer_can_repay_it():
@@ -126,9 +141,10 @@ def test_a_long_prompt_is_read_only_where_the_answer_can_repay_it():
     # and nothing is read in an answer's last tokens, where there is nothing left to save
     ctl = AdaptiveDraftLength()
     assert Sim(ctl, all_kept, d=0.1, row=0.1, read=0.02, prompt=200, budget=3).run(3) == [("", 0)] * 3
-    # nor right at the start of an answer: it may be a one-liner (the horizon grows with it)
+    # nor right at the start of an answer where the 64 tokens a first answer is expected to
+    # run to cannot repay it (the horizon grows with the answer)
     ctl = AdaptiveDraftLength()
-    assert Sim(ctl, all_kept, d=0.1, row=0.1, read=0.02, prompt=200).run(3) == [("", 0)] * 3
+    assert Sim(ctl, all_kept, d=0.1, row=0.1, read=0.02, prompt=2000).run(3) == [("", 0)] * 3
 
 
 def test_stops_speculating_where_it_does_not_pay():
@@ -239,7 +255,9 @@ def test_lookup_is_judged_by_the_length_of_its_match():
 
 
 def test_lookup_proposes_where_it_finds_a_long_match_and_the_draft_where_it_does_not():
-    ctl = AdaptiveDraftLength(sources=(LOOKUP, DRAFT))
+    # the draft starts once the answer has shown it runs on (here every drafted token is kept
+    # at a tenth of a step: started at once, its rate would leave lookup's prior no chance)
+    ctl = AdaptiveDraftLength(sources=(LOOKUP, DRAFT), first_answer_prior=0)
     lengths = iter([0, 8] * 100)
     steps = Sim(ctl, all_kept, d=0.1, row=0.05, match=lambda: next(lengths), prompt=20).run(60)
     assert sources(steps).count(LOOKUP) >= 25 and sources(steps).count(DRAFT) >= 20

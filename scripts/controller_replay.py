@@ -1,0 +1,207 @@
+"""Replay the adaptive controller offline on recorded greedy answers (a dev tool, speed notes).
+
+Why: a lever of the controller (adaptive.py) changes when the draft starts, which lookup matches
+propose, when a source stops -- its effect on speed is what to predict before a bench run, and a
+bench run on this 2-core machine takes minutes and drifts with whatever else runs. A greedy
+answer does not depend on the rule that sped it up, so one recording per prompt lets any rule be
+replayed in milliseconds with a cost model of this machine's passes.
+
+  record: the target's greedy answer (tokens, text pieces, top-1 minus top-2 margins) and, at
+          every answer position, the draft's greedy pick and its probability given the text so
+          far as the draft would see it (the prompt's last FIRST_READ tokens, then the answer).
+          A greedy draft that agrees with the target proposes exactly the target's tokens, so
+          how many of its proposals a step keeps is known from one pass.
+  replay: drives the real AdaptiveDraftLength and the real prompt-lookup index through the
+          decoder's loop with times from a cost model (plain step, verified row, drafted token,
+          the draft's read per token, the target's prefill per row).
+
+    python scripts/controller_replay.py record --split tuning --out /tmp/rec [--categories a,b]
+    python scripts/controller_replay.py replay /tmp/rec [--costs vnni|avx2]
+
+Approximations (say so beside any figure): after the draft's first disagreement in a step the
+picks it would go on proposing are not recorded (their probabilities are taken as 0.5: they only
+set how many rows are verified); the draft's catch-up windows inside the answer are not
+modelled (it sees the whole answer); conversations are not replayed (the bench measures them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+FIRST_READ = 128
+
+# seconds; plain step = base + per_ctx * context tokens, the prefill's row prefill_row +
+# prefill_quad * prompt tokens (attention); row, draft token and read in plain
+# steps of the same context (measured on the project's Intel VM: speed notes items 39-47)
+COSTS = {
+    "vnni": dict(base=0.052, per_ctx=0.000016, row=0.16, draft=0.30, read=0.032, prefill_row=0.0051, prefill_quad=0.000003),
+    "avx2": dict(base=0.060, per_ctx=0.000018, row=0.22, draft=0.35, read=0.04, prefill_row=0.006, prefill_quad=0.0000035),
+}
+
+
+def record(args) -> None:
+    from specdec_core.engine import Engine
+    from specdec_core.settings import DecodeSettings
+    import torch
+
+    rows = [json.loads(line) for line in open("assets/bench_corpus.jsonl")]
+    cats = set(args.categories.split(",")) if args.categories else None
+    e = Engine.load("default", "default")
+    draft_lm = e.proposer("lookup+draft").draft.lm
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for p in rows:
+        if p["split"] != args.split or "turns" in p or (cats and p["category"] not in cats):
+            continue
+        path = out / f"{p['id']}.json"
+        if path.exists():
+            continue
+        msgs = p.get("messages") or [{"role": "user", "content": p["prompt"]}]
+        ids = e.encode_chat(msgs)
+        g = e.generate(ids, DecodeSettings(max_new_tokens=args.max_new_tokens, mode="standard"))
+        toks, pieces, margins = [], [], []
+        for ev in g:
+            toks.append(ev.token_id)
+            pieces.append(ev.text)
+            margins.append(ev.margin)
+        # the draft's pick after each answer prefix (the first answer token comes from the
+        # target's prefill, so the draft predicts answer[1:], given the prompt's window + answer)
+        window = ids[-FIRST_READ:]
+        draft_lm.reset()
+        if len(toks) < 2:
+            continue
+        with torch.no_grad():
+            logits = draft_lm.forward(window + toks[:-1], logits_to_keep=len(toks) - 1)  # [n-1, V]
+        probs = torch.softmax(logits.float(), dim=-1)
+        conf, pick = probs.max(dim=-1)
+        json.dump(dict(id=p["id"], category=p["category"], prompt=ids, answer=toks, pieces=pieces,
+                       margins=margins, draft_pick=[None] + pick.tolist(),
+                       draft_conf=[None] + conf.tolist(), stop=g.stats.stop_reason), open(path, "w"))
+        print(p["id"], len(ids), len(toks), file=sys.stderr, flush=True)
+
+
+
+def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_window: int = FIRST_READ,
+               catchup_window: int = 16) -> dict:
+    """One recorded answer through the decoder's loop with the real controller and lookup index:
+    (standard seconds, speculative seconds, both with the prefill, and the prefill)."""
+    from specdec_core.adaptive import AdaptiveDraftLength, StepOutcome
+    from specdec_core.proposers.base import DRAFT, LOOKUP
+    from specdec_core.proposers.prompt_lookup import PromptLookupProposer
+    from specdec_core.textkind import TextKind
+
+    prompt, ans, pieces, margins = rec["prompt"], rec["answer"], rec["pieces"], rec["margins"]
+    pick, conf = rec["draft_pick"], rec["draft_conf"]
+    n = len(ans)
+
+    def plain(ctx: int) -> float:
+        return cost["base"] + cost["per_ctx"] * ctx
+
+    prefill = len(prompt) * (cost["prefill_row"] + cost["prefill_quad"] * len(prompt))
+    standard = prefill + sum(plain(len(prompt) + j) for j in range(1, n))
+    policy = AdaptiveDraftLength(sources=(LOOKUP, DRAFT), **policy_kw)
+    policy.observe_prefill(len(prompt), prefill)
+    lookup = PromptLookupProposer()
+    kind = TextKind()
+    kind.push(pieces[0])
+    ids = prompt + ans[:1]
+    emitted, seen, fresh, t = 1, 0, True, prefill
+    used = {"draft": [0, 0], "lookup": [0, 0]}
+    catch_tokens = 0
+    while emitted < n:
+        ctx = len(ids)
+        remaining = budget - emitted
+        pending = ctx - seen
+        unread = 0 if pending <= 2 else min(pending - 1, first_window if fresh else catchup_window)
+        plan = policy.plan(unread, remaining - 1, kind.kind).clip(remaining - 1) if remaining > 1 else None
+        source, tokens, match, expected, catch_s, catch_n, draft_s = "", [], 0, None, 0.0, 0, 0.0
+        if plan is not None and not plan.empty:
+            found = lookup.propose(ids, plan, None, None)
+            if found.tokens:
+                source, tokens, match = LOOKUP, list(found.tokens), found.match
+            elif plan.draft > 0:
+                source, catch_n = DRAFT, unread
+                catch_s = unread * cost["read"] * plain(ctx)
+                sure, expected, ok = 1.0, 0.0, True
+                for j in range(plan.draft):
+                    pos = emitted + j
+                    c = conf[pos] if pos < n and ok else 0.5
+                    agrees = ok and pos < n and pick[pos] == ans[pos]
+                    tokens.append(ans[pos] if agrees else -1)
+                    ok = agrees
+                    sure *= c
+                    expected += sure
+                    if sure < plan.min_confidence:
+                        break
+                draft_s = len(tokens) * cost["draft"] * plain(ctx)
+                seen, fresh = ctx, False
+        acc = 0
+        while acc < len(tokens) and emitted + acc < n - 1 and tokens[acc] == ans[emitted + acc]:
+            acc += 1
+        verify = plain(ctx) * (1 + cost["row"] * len(tokens))
+        if source:
+            used[source][0] += len(tokens)
+            used[source][1] += acc
+        catch_tokens += catch_n
+        policy.observe(StepOutcome(source, len(tokens), acc, draft_s, verify, catch_s, catch_n, expected,
+                                   margins[emitted: emitted + acc + 1], match))
+        for j in range(emitted, emitted + acc + 1):
+            kind.push(pieces[j])
+        ids = ids + ans[emitted: emitted + acc + 1]
+        if source == DRAFT:
+            seen = len(ids) - 1
+        emitted += acc + 1
+        t += draft_s + catch_s + verify
+    return dict(standard=standard, speculative=t, prefill=prefill, used=used, catch=catch_tokens)
+
+
+def replay(args) -> None:
+    cost = dict(COSTS[args.costs])
+    kw = {}
+    for item in args.set or ():
+        key, value = item.split("=", 1)
+        kw[key] = json.loads(value)
+    by_cat: dict[str, list[float]] = {}
+    e2e_all, low = [], []
+    for path in sorted(Path(args.dir).glob("*.json")):
+        rec = json.load(open(path))
+        r = replay_one(rec, cost, kw, first_window=args.first_window)
+        dec_std = r["standard"] - r["prefill"]
+        dec_spec = r["speculative"] - r["prefill"]
+        ratio = dec_std / dec_spec if dec_spec > 0 else 1.0
+        e2e = r["standard"] / r["speculative"]
+        by_cat.setdefault(rec["category"], []).append(e2e)
+        e2e_all.append(e2e)
+        if args.show:
+            print(f"{rec['id']:34s} {rec['category']:14s} n={len(rec['answer']):3d} e2e {e2e:5.2f}x decode {ratio:5.2f}x "
+                  f"used {r['used']} catch {r['catch']}")
+    for cat, xs in sorted(by_cat.items()):
+        print(f"{cat:16s} median {statistics.median(xs):.3f}x  min {min(xs):.3f}x  n={len(xs)}")
+    print(f"ALL median {statistics.median(e2e_all):.3f}x  geomean "
+          f"{statistics.geometric_mean(e2e_all):.3f}x  below 0.97: {sum(x < 0.97 for x in e2e_all)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("--split", default="tuning", choices=("tuning", "holdout"))
+    r.add_argument("--categories", default="")
+    r.add_argument("--max-new-tokens", type=int, default=128)
+    r.add_argument("--out", required=True)
+    p = sub.add_parser("replay")
+    p.add_argument("dir")
+    p.add_argument("--costs", default="vnni", choices=tuple(COSTS))
+    p.add_argument("--show", action="store_true", help="one line per prompt")
+    p.add_argument("--set", action="append", help="a controller field, KEY=JSON (e.g. answer_prior=64)")
+    p.add_argument("--first-window", type=int, default=FIRST_READ, help="the draft's first read window")
+    args = ap.parse_args()
+    record(args) if args.cmd == "record" else replay(args)
+
+
+if __name__ == "__main__":
+    main()
