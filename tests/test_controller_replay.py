@@ -1,0 +1,36 @@
+"""The controller replay (scripts/controller_replay.py) on hand-built recordings: the tool the
+speed notes' predictions come from must tell a draft that agrees from one that never does."""
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location(
+    "controller_replay", Path(__file__).resolve().parents[1] / "scripts" / "controller_replay.py")
+replay = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(replay)
+
+
+def recording(n, agrees, conf=0.95):
+    answer = [1000 + i for i in range(n)]  # no repeats: prompt lookup finds nothing to copy
+    return dict(prompt=list(range(60)), answer=answer, pieces=["w "] * n, margins=[5.0] * n,
+                draft_pick=[None] + [t if agrees else 1 for t in answer[1:]],
+                draft_conf=[None] + [conf] * (n - 1))
+
+
+def test_a_draft_that_agrees_is_replayed_faster_than_standard():
+    r = replay.replay_one(recording(128, agrees=True), replay.COSTS["vnni"], {})
+    assert r["standard"] / r["speculative"] > 1.5
+    assert r["used"]["draft"][1] > 100 and 60 <= r["catch"] <= 64  # the prompt, once
+
+
+def test_a_draft_that_never_agrees_costs_little_and_keeps_nothing():
+    r = replay.replay_one(recording(128, agrees=False), replay.COSTS["vnni"], {})
+    assert r["used"]["draft"][1] == 0
+    assert 0.9 < r["standard"] / r["speculative"] <= 1.0
+
+
+def test_the_expected_first_answer_is_a_controller_field_the_replay_can_set():
+    rec = recording(128, agrees=True)
+    late = replay.replay_one(rec, replay.COSTS["vnni"], {"first_answer_prior": 0})
+    early = replay.replay_one(rec, replay.COSTS["vnni"], {})
+    assert early["speculative"] < late["speculative"]
