@@ -151,7 +151,7 @@ class Decoder:
             pending = ids[target.length :]
             logits = target.forward(pending + draft, logits_to_keep=k + 1)  # [k+1, V]
             # 3. accept
-            verdict, margins = self._decide(draft, proposal.q_draft, logits, params, rng)
+            verdict, margins, sureness = self._decide(draft, proposal.q_draft, logits, params, rng)
             t_done = time.perf_counter()
             new = draft[: verdict.n_accepted] + [verdict.next_token]
             # the verdict names the step's target token: corrected, bonus (all k >= 1 kept) or,
@@ -177,8 +177,7 @@ class Decoder:
                     policy.observe(StepOutcome(
                         proposal.source, k, verdict.n_accepted, t_verify - t_draft - proposal.catchup_seconds,
                         t_done - t_verify, proposal.catchup_seconds, proposal.catchup_tokens,
-                        proposal.expected_accepted, margins[: len(new)] if margins is not None else None,
-                        proposal.match))
+                        proposal.expected_accepted, sureness[: len(new)], proposal.match))
             # the running stats count this step before its tokens are handed out, so whoever
             # reads them between steps sees figures for exactly the tokens it has
             _count_step(stats, step, k, verdict.n_accepted, len(new), proposer is not None, proposal.source)
@@ -216,19 +215,25 @@ class Decoder:
 
     @staticmethod
     def _decide(draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):
-        """logits [k+1, V] -> (Verdict, margins [k+1] or None)."""
+        """logits [k+1, V] -> (Verdict, margins [k+1] or None, sureness [k+1]).
+
+        margins: greedy only, the top-1 minus top-2 logit at each row (how close each call was,
+        for the near-tie check). sureness: the same margins, sampling too -- what the controller
+        reads to predict how often the draft would agree (adaptive.py, rule 5); a sampled step
+        is as predictable as its target rows are peaked, so it needs them as much as greedy does.
+        """
         k = len(draft)
+        # no softmax for greedy: argmax is all it needs (the first of equal maxima, as
+        # generate() breaks exact ties); the top-2 margin says how close each call was
+        argmax, margins = greedy_picks(logits)
         if params.greedy:
-            # no softmax: argmax is all greedy needs (the first of equal maxima, as generate()
-            # breaks exact ties); the top-2 margin says how close each call was.
-            argmax, margins = greedy_picks(logits)
-            return greedy_verify(draft, argmax), margins
+            return greedy_verify(draft, argmax), margins, margins
         p_target = probabilities(logits, params)  # [k+1, V]
         u_accept = torch.rand(k, generator=rng)
         u_next = float(torch.rand((), generator=rng))
         tokens = torch.tensor(draft, dtype=torch.long, device=p_target.device)
         q = None if q_draft is None else q_draft.to(p_target.device)
-        return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None
+        return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None, margins
 
 
 _NOTHING = Proposal([])  # what a plain step proposes

@@ -318,6 +318,29 @@ def test_events_carry_greedy_margins_and_text(tiny):
     assert g.events[0].kind is TokenKind.STANDARD and g.events[0].draft_position is None
 
 
+def test_the_controller_reads_the_target_s_margins_when_sampling_too(tiny, monkeypatch):
+    """The start rule predicts the draft's acceptance from how peaked the target's rows are; a
+    sampled step gives it the same margins a greedy one does (the events keep theirs greedy
+    only: a near-tie is a greedy notion)."""
+    import specdec_core.decoder as decoder_module
+    from specdec_core.adaptive import AdaptiveDraftLength
+
+    seen = []
+
+    class Spy(AdaptiveDraftLength):
+        def observe(self, o):
+            seen.append(o.margins)
+            super().observe(o)
+
+    monkeypatch.setattr(decoder_module, "make_policy", lambda k, sources, prior=0: Spy(sources=sources))
+    dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    settings = DecodeSettings(max_new_tokens=12, draft_tokens="adaptive", sampling=SamplingParams(0.7, 0, 1.0))
+    g = dec.generate(PROMPTS[0], settings, prop).run()
+    assert seen and all(m is not None and len(m) >= 1 and min(m) >= 0 for m in seen)
+    assert all(e.margin is None for e in g.events)
+
+
 def test_first_divergence_reports_position_and_margin(tiny):
     dec = Decoder(tiny.target, tiny.tokenizer)
     a = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=10)).run().events
