@@ -71,6 +71,9 @@ class GenerationLike(Protocol):
 
     events: list[TokenEvent]
     stats: Stats | None
+    # the events' `t` come from the clock of an engine elsewhere (a `specdec serve`): waiting
+    # for the network is nobody's compute, so a race times such a lane by them
+    own_clock: bool
 
     def __iter__(self) -> Iterator[TokenEvent]: ...
 

@@ -85,6 +85,8 @@ class EventStream(EventSequence):
     """An answer as it streams (contract.GenerationLike): iterate for its TokenEvents, which
     it keeps in `events`; `run()` takes it to the end."""
 
+    own_clock = False  # decoded here, timed by whoever iterates (contract.GenerationLike.own_clock)
+
     def __iter__(self):
         raise NotImplementedError
 

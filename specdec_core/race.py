@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .contract import EngineError, EngineLike, Prompt
+from .contract import EngineError, EngineLike, GenerationLike, Prompt
 from .events import Divergence, EventSequence, Stats, TokenEvent, first_divergence, near_tie_margin
 from .settings import DecodeSettings
 
@@ -163,10 +163,10 @@ class RaceResult:
 class Race:
     """Iterate for RaceEvents (both lanes, interleaved by lane clock); afterwards `result`.
 
-    `lanes` maps "standard" and "speculative" to Generations (or any iterator of TokenEvents
-    whose StopIteration value is the lane's Stats, optionally with a `stats` attribute)."""
+    `lanes` maps "standard" and "speculative" to generations (the engine contract's
+    GenerationLike: events, then `stats`; `own_clock` when decoded elsewhere)."""
 
-    def __init__(self, lanes: dict[str, object], cancel: threading.Event, proposer: str,
+    def __init__(self, lanes: dict[str, GenerationLike], cancel: threading.Event, proposer: str,
                  settings: DecodeSettings, near_tie_margin: float = 1e-2):
         missing = [n for n in LANES if n not in lanes]
         if missing:
@@ -181,19 +181,16 @@ class Race:
         self.result: RaceResult | None = None
 
     def lane_stats(self, lane: str) -> Stats | None:
-        """A lane's running Stats, timed by its own clock: the engine's figures for a live view
-        (None for a lane that keeps none)."""
-        snap = getattr(self._lanes[lane], "snapshot", None)
-        if snap is None:
-            return None
-        return dataclasses.replace(snap(), seconds=self.clocks[lane], new_tokens=self.shown[lane])
+        """A lane's running Stats, timed by its own clock: the engine's figures for a live view."""
+        snap = self._lanes[lane].snapshot()
+        return dataclasses.replace(snap, seconds=self.clocks[lane], new_tokens=self.shown[lane])
 
     def __iter__(self) -> Iterator[RaceEvent]:
         results = {n: LaneResult(n) for n in LANES}
         iters = {n: iter(self._lanes[n]) for n in LANES}
         # a lane decoded elsewhere (a `specdec serve`) brings its engine's own clock in its events'
         # `t`; waiting on the network or for the other lane's turn there is no compute of its own
-        own = {n for n in LANES if getattr(self._lanes[n], "own_clock", False)}
+        own = {n for n in LANES if self._lanes[n].own_clock}
         running = list(LANES)
         cancelled = False
         while running:
@@ -207,7 +204,7 @@ class Race:
             except StopIteration as stop:
                 if lane not in own:
                     self.clocks[lane] += time.perf_counter() - t0
-                results[lane].stats = stop.value if stop.value is not None else getattr(self._lanes[lane], "stats", None)
+                results[lane].stats = stop.value if stop.value is not None else self._lanes[lane].stats
                 running.remove(lane)
                 continue
             if lane in own:
@@ -225,7 +222,7 @@ class Race:
             for lane in running:
                 for _ in iters[lane]:
                     pass
-                results[lane].stats = getattr(self._lanes[lane], "stats", None)
+                results[lane].stats = self._lanes[lane].stats
         for lane, res in results.items():
             res.seconds = self.clocks[lane]
             if res.stats is not None:

@@ -10,7 +10,7 @@ import pytest
 from app_fixtures import tiny_factory
 from specdec_core.cli import main
 from specdec_core.settings import DecodeSettings
-from specdec_core.events import Stats, TokenEvent, TokenKind
+from specdec_core.events import EventStream, Stats, TokenEvent, TokenKind
 from specdec_core.proposers import PromptLookupProposer
 from specdec_core.race import Race, start_race
 from specdec_core.sampling import SamplingParams
@@ -110,6 +110,26 @@ def test_each_lane_clock_counts_only_its_own_steps(engine, prompt_ids, monkeypat
     assert r.speedup < 1
 
 
+class Lane(EventStream):
+    """A scripted lane: a generator of events whose return value is its Stats."""
+
+    def __init__(self, gen):
+        self._gen, self.events, self.stats = gen, [], None
+
+    def __iter__(self):
+        while True:
+            try:
+                ev = next(self._gen)
+            except StopIteration as stop:
+                self.stats = stop.value
+                return
+            self.events.append(ev)
+            yield ev
+
+    def snapshot(self):
+        return self.stats or Stats(new_tokens=len(self.events))
+
+
 def _fake_lane(step_seconds, n, base_id=0, margins=None):
     def gen():
         for i in range(n):
@@ -118,7 +138,7 @@ def _fake_lane(step_seconds, n, base_id=0, margins=None):
             yield TokenEvent(base_id + i, "x", TokenKind.STANDARD, i, None, 123.0, m)
         return Stats(new_tokens=n, seconds=999.0, stop_reason="max_new_tokens")
 
-    return gen()
+    return Lane(gen())
 
 
 def test_the_lane_behind_always_advances():
@@ -147,7 +167,7 @@ def test_divergence_is_reported_with_position_and_margin():
             yield TokenEvent(tok, "x", TokenKind.ACCEPTED, i, 0, 0.0, margins[i])
         return Stats(new_tokens=4)
 
-    r = Race({"standard": a, "speculative": b_gen()}, threading.Event(), "fake", _settings(4)).run()
+    r = Race({"standard": a, "speculative": Lane(b_gen())}, threading.Event(), "fake", _settings(4)).run()
     assert not r.identical
     d = r.to_dict()["divergence"]
     assert d["position"] == 2 and d["margin"] == pytest.approx(0.003) and d["near_tie"]
@@ -166,9 +186,12 @@ def test_divergence_is_reported_with_position_and_margin():
 
 
 def _b_lane(tokens):
-    for i, tok in enumerate(tokens):
-        yield TokenEvent(tok, "x", TokenKind.ACCEPTED, i, 0, 0.0, 1.0)
-    return Stats(new_tokens=len(tokens))
+    def gen():
+        for i, tok in enumerate(tokens):
+            yield TokenEvent(tok, "x", TokenKind.ACCEPTED, i, 0, 0.0, 1.0)
+        return Stats(new_tokens=len(tokens))
+
+    return Lane(gen())
 
 
 def test_cancel_mid_race_stops_both_lanes(engine, prompt_ids):
@@ -245,7 +268,7 @@ def test_race_bad_input_is_one_line_exit_2(pair, capsys, tail, words):
     assert rc == 2 and len(lines) == 1 and words in lines[0] and "Traceback" not in err
 
 
-class RemoteLane:
+class RemoteLane(EventStream):
     """A lane decoded elsewhere (a `specdec serve`): its events' `t` are its engine's own clock,
     and each event takes `wait` seconds to arrive (the network, the other lane's turn there)."""
 
@@ -263,6 +286,9 @@ class RemoteLane:
             self.events.append(ev)
             yield ev
         self.stats = Stats(new_tokens=len(self.times), seconds=self.times[-1], mode="standard")
+
+    def snapshot(self):
+        return self.stats or Stats(new_tokens=len(self.events), mode="standard")
 
 
 def test_a_lane_with_its_own_clock_is_timed_by_its_engine_not_by_its_wait():

@@ -64,11 +64,11 @@ def stats_line(s) -> str:
 
 def server_line(stats) -> str:
     """One line of what the server reported about an answer (empty for a local model)."""
-    from ..server.generation import figure_notes
+    from ..server.generation import ServerStats, figure_notes
 
-    server = getattr(stats, "server", None)  # ServerStats only
-    if not server:
+    if not isinstance(stats, ServerStats) or not stats.server:
         return ""
+    server = stats.server
     bits = [f"server: {server.get('engine', '?')} at {server.get('url', '?')}"]
     bits += figure_notes(server, stats.draft_tokens, stats.accepted_draft_tokens)
     return ", ".join(bits)

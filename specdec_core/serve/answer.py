@@ -28,8 +28,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..contract import GenerationLike
 from ..events import Stats, TokenEvent, TokenKind
+from .queue import QueuedGeneration
 
 FINISH = {"eos": "stop", "stop_word": "stop", "max_new_tokens": "length"}
 
@@ -116,7 +116,7 @@ def _overlap(text: str, stop: str) -> int:
 class Answer:
     """What one request's thread does; `deliver` hands each Piece/Done/Failure to the loop."""
 
-    def __init__(self, gen: GenerationLike, cancel: threading.Event, stops: tuple[str, ...], running_stats: bool,
+    def __init__(self, gen: QueuedGeneration, cancel: threading.Event, stops: tuple[str, ...], running_stats: bool,
                  deliver: Callable[[object], None]):
         self.gen = gen
         self.cancel = cancel
@@ -153,7 +153,7 @@ class Answer:
             if stopped:
                 stats = dataclasses.replace(stats, stop_reason="stop_word")
             finish = FINISH.get(stats.stop_reason) if not (self.cancel.is_set() and not stopped) else None
-            self.deliver(Done(finish, stats, sent, getattr(gen, "queue_seconds", 0.0)))
+            self.deliver(Done(finish, stats, sent, gen.queue_seconds))
         except Exception as exc:  # noqa: BLE001 -- the client gets the error shape, the log the trace
             traceback.print_exc()
             self.deliver(Failure(f"the engine failed: {type(exc).__name__}: {exc}"))

@@ -144,7 +144,7 @@ class QueuedGeneration(EventStream):
         self._mode = settings.mode
         self._stats: Stats | None = None
         self.queue_seconds = 0.0  # how long it waited for its turn
-        self.own_clock = getattr(inner, "own_clock", False)
+        self.own_clock = inner.own_clock
 
     def __iter__(self) -> Iterator:
         if self._ticket is None:  # iterated again after its end: nothing more
