@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..contract import GenerationLike
 from ..events import Stats, TokenEvent, TokenKind
 
-FINISH = {"eos": "stop", "stop_word": "stop", "max_new_tokens": "length"}
+FINISH = {"eos": "stop", "stop_word": "stop", "max_new_tokens": "length", "context": "length"}
 
 
 @dataclass(frozen=True)
