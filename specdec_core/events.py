@@ -227,6 +227,7 @@ class Stats:
                 setattr(out, f.name, {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}})
             else:
                 setattr(out, f.name, a + b)
+        out.last_draft_length = then.last_draft_length if then.last_draft_length is not None else self.last_draft_length
         out.reused_prompt_tokens = self.reused_prompt_tokens  # the first part's prompt; a continuation reuses its own
         if "speculative" in (self.mode, then.mode):
             out.mode = "speculative"
