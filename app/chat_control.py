@@ -234,7 +234,10 @@ class ChatControl(QObject):
     def show_last_stats(self) -> None:
         last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.stats), None)
         self.side_panel.reset_metrics("")
-        if last is not None:
+        if last is not None and last.stats.get("edited"):  # the user's text: no figures describe it
+            self.side_panel.chart.set_points([], "an edited answer")
+            self.side_panel.summary.setText("an edited answer: its figures are the original version's (‹ ›)")
+        elif last is not None:
             # an answer the app could not finish kept its running figures: it says so, not "generating…"
             stats = dict(last.stats, stop_reason="cut") if last.cut else last.stats
             series = stats.get("series")  # its own curve (absent in answers saved before it was kept)

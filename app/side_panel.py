@@ -273,7 +273,7 @@ class SidePanel(QScrollArea):
         # (the meter under the input box shows how much is left); Continue takes a cut answer on
         self.max_new = QSpinBox()
         self.max_new.setRange(0, 131072)
-        self.max_new.setSpecialValueText("off (up to the context)")
+        self.max_new.setSpecialValueText("off")  # the context bounds the answer (the tooltip says)
         self.max_new.setValue(0)
         self.max_new.setToolTip("The most tokens one answer may take. Off: the answer runs until the model ends it "
                                 "or the target's context is full; an answer cut short offers Continue.")

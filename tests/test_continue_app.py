@@ -54,7 +54,7 @@ def as_tuples(tokens):
 def test_max_new_tokens_is_off_by_default_and_the_context_bounds_the_answer(qtbot, make_window):
     panel = SidePanel(Theme(False))
     qtbot.addWidget(panel)
-    assert panel.max_new.value() == 0 and panel.max_new.text() == "off (up to the context)"
+    assert panel.max_new.value() == 0 and panel.max_new.text() == "off"
     assert panel.settings().max_new_tokens is None and default_settings().max_new_tokens is None
     panel.max_new.setValue(300)  # a user may still set one
     assert panel.settings().max_new_tokens == 300
