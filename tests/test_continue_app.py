@@ -180,3 +180,26 @@ def test_an_answer_the_model_ended_offers_no_continue(qtbot, make_window):
     assert not w.continue_button.isVisibleTo(win) and "stopped" not in w.meta_label.text()
     assert not {a.text(): a for a in win.actions.menu(w).actions() if a.text()}["Continue"].isEnabled()
     assert not win.generation.continue_answer(answer) and len(answer.tokens) <= 3
+
+
+def test_continue_on_a_full_context_offers_to_leave_the_oldest_turns_out(qtbot, make_window):
+    win = make_window(request=LoadRequest(factory=tiny_factory(max_positions=96)), max_new=12)
+    send_and_wait(qtbot, win, "the cat")
+    win.side_panel.max_new.setValue(0)
+    assert send_and_wait(qtbot, win, "is the cat on the mat") == "context"
+    q1, a1, q2, answer = win.chats.messages
+    before = [t.token_id for t in answer.tokens]
+    requests = []
+    original = win.worker.request_generate
+    win.worker.request_generate = lambda r: (requests.append(r), original(r))
+    assert win.generation.continue_answer()
+    qtbot.waitUntil(lambda: win.generation.context_dialog is not None, timeout=TIMEOUT)
+    box = win.generation.context_dialog
+    assert "Leave out the oldest 2 message(s)" in box.informativeText()
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as done:
+        box.drop_button.click()
+    assert done.args == ["context"] and requests[-1].continuing and requests[-1].dropped == 2
+    # the same message, longer by what the two left-out messages made room for
+    assert win.chats.messages == [q1, a1, q2, answer] and ids(answer)[: len(before)] == before
+    assert len(answer.tokens) > len(before) and answer.stats["continued"] == 1
+    assert [w.left_out_label.isVisibleTo(win) for w in win.page.chat_view.messages] == [True, True, False, False]
