@@ -22,6 +22,7 @@ from .attachments import AttachmentError, from_paste, limits_text, prompt_conten
 from .chat_list import ChatList
 from .chat_page import ChatPage
 from .chat_view import MessageWidget, ViewToken
+from .continuation import can_continue
 from .conversation import Conversation
 from .figures import meta_line
 from .history import Attachment, Message, chat_to_markdown
@@ -40,6 +41,7 @@ def as_prompt(path: list[Message]) -> list[dict[str, str]]:
 class ChatControl(QObject):
     changed = Signal()  # the branch shown or the input changed
     leaving = Signal()  # the chat shown is about to change: an answer being written must end now
+    bubble_made = Signal(object)  # a MessageWidget now shows a message of the chat (its menu is added)
 
     def __init__(self, store: ChatStore, page: ChatPage, chat_list: ChatList, side_panel: SidePanel,
                  status_label: QLabel, show_error: Callable[[str, str], object], window: QWidget):
@@ -50,6 +52,7 @@ class ChatControl(QObject):
         self.conversation = Conversation()
         self.editing: Message | None = None  # the sent message being edited (the next send is its sibling)
         self.busy = False  # an answer is being written into the branch shown
+        self.ready = False  # models are loaded (GenerationControl says): Continue is offered
         self.dropped_messages = 0  # oldest messages of this chat left out of the prompt (kept in the chat)
         self.search_text = ""
         # File ▸ Pin chat: its check follows the chat shown, so it lives with the chat
@@ -187,7 +190,26 @@ class ChatControl(QObject):
             w.set_meta(meta_line(stats))
         if m.cut:
             w.set_error(CUT_NOTE)
+        self.bubble_made.emit(w)
         return w
+
+    def widget(self, m: Message) -> MessageWidget | None:
+        """The bubble that shows `m` (None when the branch shown does not hold it)."""
+        return next((w for w in self.page.chat_view.messages if w.message is m), None)
+
+    def restore_bubble(self, m: Message, w: MessageWidget) -> None:
+        """`w` shows `m` as saved again (a continuation that added nothing)."""
+        stats = dict(m.stats, stop_reason="cut") if m.cut else m.stats
+        w.set_meta(meta_line(stats))
+        w.set_error(CUT_NOTE if m.cut else stats.get("error") and f"cut off: {stats['error']}")
+
+    def show_actions(self, ready: bool | None = None) -> None:
+        """Continue beside the last answer when it was cut short (and the models can write on)."""
+        if ready is not None:
+            self.ready = ready
+        leaf = self.conversation.leaf
+        for w in self.page.chat_view.messages:
+            w.continue_button.setVisible(self.ready and not self.busy and w.message is leaf and can_continue(leaf))
 
     def render_path(self) -> None:
         """The chat view shows the branch: bubbles kept where they already show it, the rest anew."""
@@ -207,11 +229,15 @@ class ChatControl(QObject):
         for w in self.page.chat_view.messages:
             if w.message is not None and w.message in self.conversation.messages:
                 w.set_version(*self.conversation.version(w.message))
+        self.show_actions()
 
     def show_last_stats(self) -> None:
         last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.stats), None)
         self.side_panel.reset_metrics("")
-        if last is not None:
+        if last is not None and last.stats.get("edited"):  # the user's text: no figures describe it
+            self.side_panel.chart.set_points([], "an edited answer")
+            self.side_panel.summary.setText("an edited answer: its figures are the original version's (‹ ›)")
+        elif last is not None:
             # an answer the app could not finish kept its running figures: it says so, not "generating…"
             stats = dict(last.stats, stop_reason="cut") if last.cut else last.stats
             series = stats.get("series")  # its own curve (absent in answers saved before it was kept)
@@ -284,15 +310,56 @@ class ChatControl(QObject):
         self.refresh_list()
         return msg
 
-    def rewind_to_question(self) -> bool:
-        """For Regenerate: the branch ends at the last question (the new answer is a sibling of
-        the last one). False when the branch does not end at a question."""
+    def rewind_to_question(self, answer: Message | None = None) -> bool:
+        """For Regenerate: the branch ends at the question of `answer` (by default the last
+        message's), so the new answer is a sibling of it. False when the branch does not end at
+        a question then."""
         self.cancel_edit()
-        last = self.messages[-1]
+        last = answer if answer is not None else self.messages[-1]
         if last.role == "assistant":
             self.conversation.leaf = last.parent
         self.render_path()  # also takes away a failed attempt's bubble
         return bool(self.messages) and self.messages[-1].role == "user"
+
+    # -- deleting a message, rewriting an answer ----------------------------------------
+    def delete_message(self, message: Message | None) -> bool:
+        """`message` and everything that follows it, on every branch (the caller asked first).
+        Where it has other versions, the nearest one is shown in its place; else the branch ends
+        at the message before it. False when nothing was deleted."""
+        if message is None or message not in self.conversation.messages:
+            return False
+        if self.busy:
+            self.status_label.setText("Stop the answer being written (Esc) to delete a message")
+            return False
+        self.cancel_edit()
+        siblings = self.conversation.versions(message)
+        i = siblings.index(message)
+        others = siblings[:i][-1:] + siblings[i + 1:][:1]  # the previous version, else the next
+        gone = self.conversation.remove(message)
+        if others:
+            self.conversation.show(others[0])
+        if self.chat is not None:
+            self.store.delete_messages(self.chat, message, gone)
+            self.save_leaf()
+        self.dropped_messages = 0  # the oldest messages changed: the next send measures again
+        self.render_path()
+        self.show_last_stats()
+        self.changed.emit()
+        self.status_label.setText(f"Deleted {len(gone)} message{'' if len(gone) == 1 else 's'}")
+        return True
+
+    def add_edited_answer(self, answer: Message, text: str) -> Message | None:
+        """A new version of `answer` with the user's `text`, marked edited; the original stays a
+        version of its own (‹ ›). Its tokens, kinds and figures were the model's: the edit has none."""
+        if answer.role != "assistant" or self.busy or not text.strip() or text == answer.content:
+            return None
+        msg = self.conversation.add(Message("assistant", text, stats={"edited": True}), answer.parent)
+        self.save_message(msg)
+        self.render_path()
+        self.show_last_stats()
+        self.changed.emit()
+        self.status_label.setText("The answer is edited: the original is the other version (‹ ›)")
+        return msg
 
     # -- editing ------------------------------------------------------------------------
     def edit_message(self, message: Message | None) -> None:

@@ -226,6 +226,7 @@ class MessageWidget(QFrame):
 
     edit_requested = Signal()
     version_requested = Signal(int)  # -1 previous version, +1 next
+    continue_requested = Signal()  # an answer cut short: write on in it
 
     def __init__(self, role: str, theme: Theme, colours: bool = True, parent=None):
         super().__init__(parent)
@@ -267,8 +268,15 @@ class MessageWidget(QFrame):
         self.edit_button.setVisible(role == "user")
         self.copy_button = self._tool("Copy", "Copy this message (Markdown) to the clipboard")
         self.copy_button.clicked.connect(self.copy)
+        # beside the mark of an answer cut short (token limit, context full, stopped, cut off)
+        self.continue_button = self._tool("Continue ▸", "Write on in this answer from where it stopped (the model "
+                                                         "reads the answer so far and continues it)")
+        self.continue_button.setObjectName("ContinueButton")
+        self.continue_button.clicked.connect(self.continue_requested)
+        self.continue_button.setVisible(False)
         head.addWidget(self.role_label)
         head.addWidget(self.meta_label, 1)
+        head.addWidget(self.continue_button)
         head.addWidget(self.left_out_label)
         for w in (self.prev_button, self.version_label, self.next_button, self.edit_button, self.copy_button):
             head.addWidget(w)
@@ -484,6 +492,7 @@ class ChatView(QScrollArea):
 
     edit_requested = Signal(object)  # the MessageWidget whose message to edit
     version_requested = Signal(object, int)  # the MessageWidget, -1 / +1
+    continue_requested = Signal(object)  # the MessageWidget whose answer to continue
 
     def __init__(self, theme: Theme, parent=None):
         super().__init__(parent)
@@ -518,6 +527,7 @@ class ChatView(QScrollArea):
         w = MessageWidget(role, self.theme, self.colours)
         w.edit_requested.connect(lambda w=w: self.edit_requested.emit(w))
         w.version_requested.connect(lambda step, w=w: self.version_requested.emit(w, step))
+        w.continue_requested.connect(lambda w=w: self.continue_requested.emit(w))
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         if role == "user":

@@ -34,7 +34,7 @@ class CountJob:
 
     job_id: int
     messages: list[dict[str, str]]
-    max_new_tokens: int
+    max_new_tokens: int | None  # None: no budget, the answer may take what the context leaves
     dropped: int = 0
     attachments: tuple[str, ...] = ()  # each attachment's block as the prompt holds it
 
@@ -44,7 +44,7 @@ class Count:
     job_id: int
     prompt_tokens: int | None  # None: the engine cannot say (a server that tokenizes its own chat)
     context: int | None
-    max_new_tokens: int
+    max_new_tokens: int | None
     fits: bool
     drop: int | None = None  # when it does not fit: oldest messages to leave out (None: even the last turn alone)
     dropped: int = 0
@@ -119,11 +119,19 @@ def meter_text(c: Count) -> tuple[str, str]:
         return "context: cannot count now", c.error
     if c.prompt_tokens is None or not c.context:
         return "context: counted by the server", "the server applies its own chat template and does not say the length"
-    used = c.prompt_tokens + c.max_new_tokens
-    text = f"{c.prompt_tokens:,} + {c.max_new_tokens:,} for the answer of {c.context:,} tokens ({used / c.context:.0%})"
     tip = (f"The chat as it would be sent — system prompt, every message shown, attachments and what you are typing — "
-           f"is {c.prompt_tokens:,} tokens by the target's own tokenizer; the answer may take up to "
-           f"{c.max_new_tokens:,} more (Max new tokens); the target's context holds {c.context:,}.")
+           f"is {c.prompt_tokens:,} tokens by the target's own tokenizer; ")
+    if c.max_new_tokens is None:  # no budget: the answer may take the rest
+        left = max(c.context - c.prompt_tokens, 0)
+        text = f"{c.prompt_tokens:,} of {c.context:,} tokens ({c.prompt_tokens / c.context:.0%}) · {left:,} left for the answer"
+        tip += (f"the answer may take the {left:,} the target's context of {c.context:,} leaves (Max new tokens is "
+                "off); an answer cut off there offers Continue once older turns are left out.")
+    else:
+        used = c.prompt_tokens + c.max_new_tokens
+        text = (f"{c.prompt_tokens:,} + {c.max_new_tokens:,} for the answer of {c.context:,} tokens "
+                f"({used / c.context:.0%})")
+        tip += (f"the answer may take up to {c.max_new_tokens:,} more (Max new tokens); the target's context holds "
+                f"{c.context:,}.")
     if not c.fits:
         if c.drop is None:
             text += " · too long even alone"
@@ -170,7 +178,7 @@ class ContextMeter(QWidget):
             self.bar.setValue(0)
             level = "ok"
         else:
-            share = (c.prompt_tokens + c.max_new_tokens) / c.context
+            share = (c.prompt_tokens + (c.max_new_tokens or 0)) / c.context
             self.bar.setValue(int(min(share, 1.0) * 1000))
             level = "over" if not c.fits else "high" if share > 0.8 else "ok"
         self.bar.setProperty("level", level)

@@ -58,7 +58,7 @@ class ContextWatch(QObject):
         if not self.models.ready:
             return
         self.job += 1
-        self.counter.request(CountJob(self.job, self.draft_messages(), self.side_panel.max_new.value(),
+        self.counter.request(CountJob(self.job, self.draft_messages(), self.side_panel.max_new.value() or None,
                                       self.chats.dropped_messages,
                                       tuple(attachment_block(a) for a in self.page.attachment_bar.items)))
 

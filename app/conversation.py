@@ -67,12 +67,15 @@ class Conversation:
         self.show(vs[i])
         return vs[i]
 
-    def remove(self, message: Message) -> None:
-        """`message` and everything that follows it; the branch shown ends at its parent."""
+    def remove(self, message: Message) -> list[Message]:
+        """`message` and everything that follows it; the branch shown ends at its parent. Returns
+        what was removed, `message` first."""
         gone = {id(message)}
         for m in self.messages:  # parents come before their children
             if m.parent is not None and id(m.parent) in gone:
                 gone.add(id(m))
+        removed = [message] + [m for m in self.messages if id(m) in gone and m is not message]
         self.messages = [m for m in self.messages if id(m) not in gone]
         if self.leaf is not None and id(self.leaf) in gone:
             self.leaf = message.parent
+        return removed

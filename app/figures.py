@@ -74,6 +74,8 @@ def meta_line(stats: dict) -> str:
     and the plain-step share of a speculative answer, "stopped" when it was."""
     if not stats:
         return ""
+    if stats.get("edited"):  # an answer the user rewrote: the text is theirs, no figures describe it
+        return "edited"
     bits = [stats.get("mode", "")]
     if speculative(stats) and stats.get("proposer"):
         bits.append(stats["proposer"])
@@ -85,8 +87,11 @@ def meta_line(stats: dict) -> str:
         bits.append(f"α {alpha(stats)}")
         if "plain_step_share" in stats:  # absent where an earlier build saved it (its τ meant another thing)
             bits += [f"τ {tau(stats)}", f"plain steps {share(stats['plain_step_share'])}"]
-    if stats.get("stop_reason") == "cancelled":
-        bits.append("stopped")
-    elif stats.get("stop_reason") in ("error", "cut"):  # a stream that broke off, an app that ended: the part is kept
-        bits.append("cut off")
+    # how it ended, where it did not end by itself: the mark that offers Continue
+    bits.append(STOP_MARKS.get(stats.get("stop_reason", ""), ""))
     return " · ".join(b for b in bits if b)
+
+
+# a stream that broke off ("error") or an app that ended while it streamed ("cut"): the part is kept
+STOP_MARKS = {"cancelled": "stopped", "max_new_tokens": "token limit", "context": "context full",
+              "error": "cut off", "cut": "cut off"}

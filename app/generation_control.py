@@ -1,5 +1,6 @@
-"""Writing an answer: Send, Stop, Regenerate, the worker's signals while it generates, and the
-answer saved as it streams.
+"""Writing an answer: Send, Stop, Regenerate (the last answer or any other), Continue (an answer
+cut short, app/continuation.py), the worker's signals while it generates, and the answer saved as
+it streams.
 
 The window waits for one generation at a time: it keeps that request's id and drops every signal
 carrying any other (a stopped answer's last batch, a stale one). An answer is saved while it
@@ -21,6 +22,7 @@ from .chat_control import ChatControl
 from .chat_page import ChatPage
 from .chat_view import MessageWidget, ViewToken
 from .context_watch import ContextWatch
+from .continuation import Base, can_continue
 from .figures import meta_line
 from .history import Message, StoredToken
 from .model_loading import ModelLoading
@@ -39,9 +41,10 @@ class Active:
     request: GenerateRequest
     widget: MessageWidget
     message: Message  # the answer being written (in the conversation, saved as it grows)
-    events: list = field(default_factory=list)
+    base: Base = field(default_factory=Base)  # what the message held before: a continuation's old part
+    events: list = field(default_factory=list)  # this generation's (steps numbered on from the base's)
     stats: dict = field(default_factory=dict)  # the engine's running Stats for `events`
-    series: list = field(default_factory=list)  # (seconds, decode tok/s) as the engine reported them
+    series: list = field(default_factory=list)  # (seconds, decode tok/s) of the message, the base's included
     unsaved: int = 0  # tokens shown but not yet written
     saved_at: float = field(default_factory=time.monotonic)
 
@@ -87,6 +90,7 @@ class GenerationControl(QObject):
         page.send_button.setText("Send" if ready else "Loading…")
         page.stop_button.setEnabled(busy)
         page.regen_button.setEnabled(ready and not busy and bool(self.chats.messages))
+        self.chats.show_actions(ready)
 
     # -- starting -------------------------------------------------------------------------
     def send(self, text: str | None = None) -> bool:
@@ -102,30 +106,65 @@ class GenerationControl(QObject):
         self._start()
         return True
 
-    def regenerate(self) -> None:
-        """A new version of the last answer; the earlier ones stay (‹ › on the answer)."""
+    def regenerate(self, answer: Message | None = None) -> None:
+        """A new version of `answer` (by default the last one): the branch is taken back to its
+        question and a new answer written there; the earlier ones stay (‹ › on the answer), each
+        with whatever followed it."""
         if self.active is not None or not self.models.ready or not self.chats.messages:
             return
-        if not self.chats.rewind_to_question():
+        if not self.chats.rewind_to_question(answer):
             return
-        self._regenerations += 1
+        # each version of an answer gets a seed of its own
+        self._regenerations = len(self.chats.conversation.children(self.chats.conversation.leaf))
         self._start(seed_offset=self._regenerations)
 
-    def _start(self, seed_offset: int = 0) -> None:
+    def continue_answer(self, answer: Message | None = None) -> bool:
+        """Write on in `answer` (by default the last one), which was cut short: the model reads the
+        chat with the answer so far as its open turn, and the new tokens join the same message.
+        Only the last message of the branch shown can be continued. False when nothing started."""
+        chats = self.chats
+        if answer is None:
+            answer = chats.messages[-1] if chats.messages else None
+        if self.active is not None or not self.models.ready:
+            return False
+        if not can_continue(answer) or chats.conversation.leaf is not answer:
+            self.status_label.setText("Only an answer cut short, last in the chat, can be continued")
+            return False
+        w = chats.widget(answer)
+        if w is None:
+            return False
+        self._start(continuing=answer)
+        return True
+
+    def _start(self, seed_offset: int = 0, continuing: Message | None = None) -> None:
         settings = self.side_panel.settings()
         settings = settings.replace(seed=settings.seed + seed_offset)
         self._next_request += 1
         chats = self.chats
-        req = GenerateRequest(self._next_request, chats.prompt_messages(), settings, dropped=chats.dropped_messages)
-        stats = {"mode": settings.mode, "settings": settings.to_dict()}
-        if settings.speculative:
-            stats["proposer"] = settings.proposer
-        msg = chats.conversation.add(Message("assistant", "", stats=stats, state="streaming"), chats.conversation.leaf)
-        w = chats.bubble(msg)
+        if continuing is not None:  # the answer so far is the prompt's open assistant turn
+            base = Base.of(continuing)
+            req = GenerateRequest(self._next_request, chats.prompt_messages(), settings,
+                                  dropped=chats.dropped_messages, continuing=True,
+                                  answer_ids=tuple(t.token_id for t in continuing.tokens))
+            msg, w = continuing, chats.widget(continuing)
+            msg.state = "streaming"
+            w.set_error(None)  # the cut-off mark goes while it writes on
+            verb = "continuing…"
+        else:
+            base = Base()
+            req = GenerateRequest(self._next_request, chats.prompt_messages(), settings,
+                                  dropped=chats.dropped_messages)
+            stats = {"mode": settings.mode, "settings": settings.to_dict()}
+            if settings.speculative:
+                stats["proposer"] = settings.proposer
+            msg = chats.conversation.add(Message("assistant", "", stats=stats, state="streaming"),
+                                         chats.conversation.leaf)
+            w = chats.bubble(msg)
+            verb = "generating…"
         w.set_streaming(True)
-        w.set_meta(f"{settings.mode}" + (f" · {settings.proposer}" if settings.speculative else "") + " · generating…")
+        w.set_meta(f"{settings.mode}" + (f" · {settings.proposer}" if settings.speculative else "") + f" · {verb}")
         chats.show_versions()
-        self.active = Active(req, w, msg)
+        self.active = Active(req, w, msg, base, series=[tuple(p) for p in base.series])
         self.side_panel.reset_metrics(settings.mode)
         self.status_label.setText("Generating…")
         self.update_buttons()
@@ -140,18 +179,19 @@ class GenerationControl(QObject):
         if not self._is_current(request_id):
             return
         a = self.active
+        events = a.base.shift(events)  # a continuation's steps follow the old part's
         a.events.extend(events)
         a.stats = dict(stats)
         if stats.get("decode_tokens_per_second"):
-            a.series.append((stats["seconds"], stats["decode_tokens_per_second"]))
+            a.series.append((a.base.seconds + stats["seconds"], stats["decode_tokens_per_second"]))
         a.widget.append_events(events)
-        self.side_panel.show_stats(a.stats, a.request.settings.draft_tokens, a.series)
         # the answer as it stands, saved as it grows
         m = a.message
         new = [ViewToken.from_event(ev) for ev in events]
         m.tokens.extend(stored(new))
         m.content += "".join(t.text for t in new)
         m.stats = self._message_stats(a, stats)
+        self.side_panel.show_stats(m.stats, a.request.settings.draft_tokens, a.series)
         a.unsaved += len(events)
         self._save_streaming(force=False)
 
@@ -169,6 +209,11 @@ class GenerationControl(QObject):
             stats.update(stop_reason="error", error=message)
             self._complete(stats)
             return
+        if a.base.continuing:  # nothing was added: the answer stays as it was
+            self._end_continuation(a)
+            self.status_label.setText(f"Could not continue: {message}")
+            self.show_error("Could not continue the answer", message)
+            return
         self._end_without_answer(a)
         a.widget.set_streaming(False)
         a.widget.set_error(f"generation failed: {message}")
@@ -184,16 +229,25 @@ class GenerationControl(QObject):
         history); when even the last message does not fit, say what to shorten."""
         if not self._is_current(request_id):
             return
-        self._end_without_answer(self.active)
-        self.page.chat_view.remove_last()  # the empty answer bubble: no answer was started
+        a = self.active
+        continuing = a.message if a.base.continuing else None
+        if continuing is not None:
+            self._end_continuation(a)
+        else:
+            self._end_without_answer(a)
+            self.page.chat_view.remove_last()  # the empty answer bubble: no answer was started
         self.status_label.setText("The chat does not fit the target's context")
         self.update_buttons()
-        self.context_dialog = self._too_long_dialog(fit)
+        self.context_dialog = self._too_long_dialog(fit, continuing)
 
-    def _too_long_dialog(self, fit) -> QMessageBox:
+    def _too_long_dialog(self, fit, continuing: Message | None = None) -> QMessageBox:
         n, budget, context, drop = fit.prompt_tokens, fit.max_new_tokens, fit.context, fit.drop
-        text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
-                f"context holds {context} tokens.")
+        if budget is None:
+            text = (f"This chat is {n} tokens, which leaves no room for {'more of ' if continuing else ''}an answer "
+                    f"in the target's context of {context} tokens.")
+        else:
+            text = (f"This chat is {n} tokens and its answer may take up to {budget} more, but the target's "
+                    f"context holds {context} tokens.")
         box = QMessageBox(QMessageBox.Icon.Warning, "The chat does not fit the context", text,
                           QMessageBox.StandardButton.NoButton, self.window)
         box.setWindowModality(Qt.WindowModality.WindowModal)
@@ -213,7 +267,10 @@ class GenerationControl(QObject):
             def clicked(button, drop=drop):
                 if button is box.drop_button and self.active is None:
                     self.chats.dropped_messages = drop
-                    self._start(seed_offset=self._regenerations)  # the same request again
+                    if continuing is not None:
+                        self.continue_answer(continuing)
+                    else:
+                        self._start(seed_offset=self._regenerations)  # the same request again
                     self.context.schedule()
 
             box.buttonClicked.connect(clicked)
@@ -240,6 +297,16 @@ class GenerationControl(QObject):
         else:
             self.chats.cancel_edit()
 
+    def _end_continuation(self, a: Active) -> None:
+        """A continuation that added nothing: the answer is as it was, and shows so."""
+        self.active = None
+        self._save_timer.stop()
+        msg, w = a.message, a.widget
+        msg.state = a.base.state
+        w.set_streaming(False)
+        self.chats.restore_bubble(msg, w)
+        self.update_buttons()
+
     def _end_without_answer(self, a: Active) -> None:
         """No token came: the answer is taken out of the conversation (nothing of it was saved)."""
         self.active = None
@@ -251,15 +318,17 @@ class GenerationControl(QObject):
         a = self.active
         self.active = None
         self._save_timer.stop()
+        if a.request.settings.max_new_tokens is None and stats.get("stop_reason") == "max_new_tokens":
+            stats = dict(stats, stop_reason="context")  # a server given what the context left: it is full
         stats = self._message_stats(a, stats)
-        tokens = [ViewToken.from_event(ev) for ev in a.events]
-        content = "".join(t.text for t in tokens)
+        new = [ViewToken.from_event(ev) for ev in a.events]
+        content = a.base.content + "".join(t.text for t in new)
         msg = a.message
-        msg.content, msg.tokens, msg.stats, msg.state = content, stored(tokens), stats, ""
+        msg.content, msg.tokens, msg.stats, msg.state = content, a.base.tokens + stored(new), stats, ""
         if self.chats.chat is not None:
             self.chats.save_message(msg)
         w = a.widget
-        w.tokens = tokens
+        w.tokens = [ViewToken(t.token_id, t.text, t.kind, t.step, t.draft_position, t.source) for t in msg.tokens]
         w.text = content
         w.set_streaming(False)
         w.set_meta(meta_line(stats))
@@ -272,6 +341,7 @@ class GenerationControl(QObject):
             self.status_label.setText("The answer was cut off")
             self.show_error("The answer was cut off",
                             stats.get("error", "") + " — what arrived is kept, marked as cut.")
+        self.chats.show_versions()
         self.update_buttons()
         self.context.schedule()
         self.done.emit(reason)
@@ -280,7 +350,7 @@ class GenerationControl(QObject):
     @staticmethod
     def _message_stats(a: Active, stats: dict) -> dict:
         settings = a.request.settings
-        out = dict(stats)
+        out = a.base.joined(stats)
         out.pop("text", None)
         out.setdefault("mode", settings.mode)
         if settings.speculative:

@@ -8,7 +8,8 @@ The window lays its parts out and wires them together; what each part does lives
 - app/model_loading.py      loading the models, and whether the window is `ready`;
 - app/chat_control.py       the chat shown and its branches, edits, versions, the chat list;
 - app/context_watch.py      the context meter, counted in its own thread;
-- app/generation_control.py Send, Stop, Regenerate and the worker's signals while it writes;
+- app/generation_control.py Send, Stop, Regenerate, Continue and the worker's signals while it writes;
+- app/message_actions.py    one message's menu: Continue, Regenerate, Edit an answer, Delete;
 - app/preferences.py        the theme and the token colours;
 - app/race_view.py, app/local_server.py  the Race tab and View ▸ Local server.
 
@@ -33,6 +34,7 @@ from .chat_list import ChatList
 from .chat_page import ChatPage
 from .context_watch import ContextWatch
 from .generation_control import GenerationControl
+from .message_actions import MessageActions
 from .model_loading import ModelLoading
 from .models_worker import stop_thread
 from .persistence import ChatStore, SaveAlerts
@@ -146,6 +148,7 @@ class MainWindow(QMainWindow):
         self.context = ContextWatch(self.worker, self.chats, self.models, page, side, self)
         self.generation = GenerationControl(self.worker, self.chats, self.models, self.context, page, side, status,
                                             errors, self)
+        self.actions = MessageActions(self.chats, self.generation, self)
         # what an earlier part says, the later ones answer
         for changed in (self.models.ready_changed, self.chats.changed):
             changed.connect(self.generation.update_buttons)
@@ -176,7 +179,9 @@ class MainWindow(QMainWindow):
         p = self.page
         p.system_prompt.files_dropped.connect(chats.attach_files)
         p.system_prompt.textChanged.connect(schedule)
-        p.chat_view.edit_requested.connect(lambda w: chats.edit_message(w.message))
+        p.chat_view.edit_requested.connect(
+            lambda w: self.actions.edit_answer(w.message) if w.role == "assistant" else chats.edit_message(w.message))
+        p.chat_view.continue_requested.connect(lambda w: gen.continue_answer(w.message))
         p.chat_view.version_requested.connect(lambda w, step: chats.switch_version(w.message, step))
         p.edit_banner.cancelled.connect(chats.cancel_edit)
         for changed in (p.attachment_bar.changed, p.composer.textChanged):
@@ -188,7 +193,7 @@ class MainWindow(QMainWindow):
         p.composer.files_dropped.connect(chats.attach_files)
         p.send_button.clicked.connect(gen.send)
         p.stop_button.clicked.connect(gen.stop)
-        p.regen_button.clicked.connect(gen.regenerate)
+        p.regen_button.clicked.connect(lambda: gen.regenerate())
         p.attach_button.clicked.connect(chats.attach_dialog)
         self.side_panel.max_new.valueChanged.connect(schedule)
         self.store.saver.resumed.connect(chats.refresh_list)  # after SaveAlerts has cleared its mark
@@ -223,7 +228,8 @@ class MainWindow(QMainWindow):
         self._act(m, "New &line\tShift+Enter", lambda: self.page.composer.insertPlainText("\n"))
         self.stop_action = self._act(m, "S&top (or cancel an edit)", gen.escape, "Esc")
         self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        self._act(m, "&Regenerate", gen.regenerate, "Ctrl+R")
+        self._act(m, "&Regenerate", lambda: gen.regenerate(), "Ctrl+R")
+        self._act(m, "Co&ntinue the last answer", lambda: gen.continue_answer(), "Ctrl+Shift+Return")
         self._act(m, "&Edit your last message\tUp", chats.edit_last_message)
         self._act(m, "Previous version of the last answer", lambda: chats.switch_last_answer(-1), "Alt+Left")
         self._act(m, "Next version of the last answer", lambda: chats.switch_last_answer(1), "Alt+Right")

@@ -69,6 +69,15 @@ class ChatStore(QObject):
     def save_message(self, chat: OpenChat, message: Message) -> None:
         self.saver.submit(("message", id(chat), id(message)), lambda h: h.save_message(chat.id, message))
 
+    def delete_messages(self, chat: OpenChat, first: Message, gone: list[Message]) -> None:
+        """`first` and what follows it (`gone`, `first` included): writes still waiting for any
+        of them are dropped (a message the disk never took), then the rows, if `first` has one
+        (History.delete_message takes its followers with it)."""
+        keys = {("message", id(chat), id(m)) for m in gone}
+        self.saver.discard(lambda key: key not in keys)
+        if first.id is not None:
+            self.saver.submit(("delete-message", first.id), lambda h, mid=first.id: h.delete_message(mid))
+
     def save_leaf(self, chat: OpenChat, conversation: Conversation) -> None:
         """The branch shown, as it is when the write goes through (the last one chosen wins)."""
         self.saver.submit(("leaf", id(chat)), lambda h: h.set_leaf(

@@ -269,9 +269,14 @@ class SidePanel(QScrollArea):
         self.seed.setRange(0, 2**31 - 1)
         self.seed.setToolTip("sampling seed: repeats a sampled answer exactly with a fixed draft length; "
                              "adaptive k follows measured speed, so a sample may differ (its distribution does not)")
+        # off (0) by default: an answer runs until the model ends it, bounded by the context alone
+        # (the meter under the input box shows how much is left); Continue takes a cut answer on
         self.max_new = QSpinBox()
-        self.max_new.setRange(1, 8192)
-        self.max_new.setValue(256)
+        self.max_new.setRange(0, 131072)
+        self.max_new.setSpecialValueText("off")  # the context bounds the answer (the tooltip says)
+        self.max_new.setValue(0)
+        self.max_new.setToolTip("The most tokens one answer may take. Off: the answer runs until the model ends it "
+                                "or the target's context is full; an answer cut short offers Continue.")
         sform.addRow("Temperature", self.temperature)
         sform.addRow("Top-k", self.top_k)
         sform.addRow("Top-p", self.top_p)
@@ -352,7 +357,7 @@ class SidePanel(QScrollArea):
     def settings(self) -> DecodeSettings:
         """The next message's settings (a proposer that needs a draft falls back when none is loaded)."""
         return DecodeSettings(
-            max_new_tokens=self.max_new.value(),
+            max_new_tokens=self.max_new.value() or None,  # 0 is "off"
             sampling=SamplingParams(self.temperature.value(), self.top_k.value(), self.top_p.value()),
             draft_tokens="adaptive" if self.adaptive.isChecked() else self.k_spin.value(),
             seed=self.seed.value(),
@@ -406,7 +411,8 @@ class SidePanel(QScrollArea):
             bits.append(f"{stats['reused_prompt_tokens']} prompt tokens reused from the last turn")
         if figures.speculative(stats) and stats.get("proposer"):
             bits.append(f"proposer {stats['proposer']}")
-        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "cancelled": "stopped",
+        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "context": "context full",
+                  "cancelled": "stopped",
                   "error": "cut off", "cut": "cut off: the app ended while it was written"}.get(
             stats.get("stop_reason", ""), stats.get("stop_reason", ""))
         bits.append(reason or "generating…")

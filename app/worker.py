@@ -37,8 +37,9 @@ BATCH_SECONDS = 0.030
 
 
 def default_settings() -> DecodeSettings:
-    """The app's settings until the user changes them: the side panel starts from these."""
-    return DecodeSettings(draft_tokens=DEFAULT_DRAFT_TOKENS)
+    """The app's settings until the user changes them: the side panel starts from these. No
+    answer budget: an answer runs until the model ends it or the context is full."""
+    return DecodeSettings(max_new_tokens=None, draft_tokens=DEFAULT_DRAFT_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,21 @@ class GenerateRequest:
     messages: list[dict[str, str]]
     settings: DecodeSettings = field(default_factory=default_settings)
     dropped: int = 0  # oldest conversation messages left out of the prompt (the chat keeps them)
+    # Continue: the last message is the assistant's answer so far, and the new tokens continue it
+    # (its turn left open); `answer_ids` are its tokens as the engine wrote them (empty: unknown)
+    continuing: bool = False
+    answer_ids: tuple[int, ...] = ()
     cancel: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    def fit_options(self) -> dict:
+        """What engine.fit needs beyond the chat and its budget (nothing for a new answer)."""
+        if not self.continuing:
+            return {}
+        return {"continue_final": True, "answer_ids": list(self.answer_ids) or None}
+
+    def generate_options(self) -> dict:
+        """What engine.generate needs beyond the prompt and the settings."""
+        return {"answer_prefix": len(self.answer_ids)} if self.continuing and self.answer_ids else {}
 
 
 class RequestTracker:
@@ -204,13 +219,14 @@ class Worker(QObject):
         self._requests.begin(req)
         gen = None
         try:
-            fit = self.engine.fit(req.messages, req.settings.max_new_tokens, req.dropped)
+            fit = self.engine.fit(req.messages, req.settings.max_new_tokens, req.dropped, **req.fit_options())
             if not fit.fits:  # said at once, before any computing: the GUI offers to drop turns
                 self.too_long.emit(req.request_id, fit)
                 return
             self.started.emit(req.request_id)
             # a chat's next turn starts with the conversation so far: keep its cached prefix
-            gen = self.engine.generate(fit.prompt, req.settings, cancel=req.cancel, reuse_cache=True)
+            gen = self.engine.generate(fit.prompt, req.settings, cancel=req.cancel, reuse_cache=True,
+                                       **req.generate_options())
             for batch in step_batches(gen, cancel=req.cancel):
                 # batches end at a step's end, where the running stats count exactly these tokens
                 self.tokens.emit(req.request_id, batch, gen.snapshot().to_dict())

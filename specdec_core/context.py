@@ -17,14 +17,18 @@ from .settings import SettingsError
 
 Messages = list[dict[str, str]]
 
+# An answer without a budget of its own runs until the context is full; where the context is not
+# known (a model whose config does not say), this many tokens at most (what `specdec serve` uses too)
+UNKNOWN_CONTEXT_BUDGET = 4096
+
 
 class ContextError(SettingsError):
     """A prompt and its answer budget do not fit the target's context window. Raised before any
     computing: a 40,000-token prompt for a 32,768-token model is refused at once."""
 
-    def __init__(self, prompt_tokens: int, max_new_tokens: int, context: int):
+    def __init__(self, prompt_tokens: int, max_new_tokens: int | None, context: int):
         self.prompt_tokens, self.max_new_tokens, self.context = prompt_tokens, max_new_tokens, context
-        if prompt_tokens >= context:
+        if prompt_tokens >= context or max_new_tokens is None:
             msg = (f"the prompt is {prompt_tokens} tokens but the target's context holds {context} "
                    f"(the prompt plus the answer): shorten it to under {context} tokens")
         else:
@@ -34,12 +38,25 @@ class ContextError(SettingsError):
         super().__init__(msg)
 
 
-def fits(prompt_tokens: int | None, max_new_tokens: int, context: int | None) -> bool:
+def room(max_new_tokens: int | None) -> int:
+    """What an answer needs from the context: its budget, or (no budget: it runs until the
+    context is full) at least one token."""
+    return 1 if max_new_tokens is None else max_new_tokens
+
+
+def fits(prompt_tokens: int | None, max_new_tokens: int | None, context: int | None) -> bool:
     """Whether a prompt plus its answer budget fit; an unknown length or context refuses nothing."""
-    return prompt_tokens is None or context is None or prompt_tokens + max_new_tokens <= context
+    return prompt_tokens is None or context is None or prompt_tokens + room(max_new_tokens) <= context
 
 
-def check_fits(prompt_tokens: int, max_new_tokens: int, context: int | None) -> None:
+def answer_budget(max_new_tokens: int | None, prompt_tokens: int, context: int | None) -> int:
+    """How many tokens the answer may take: its own budget, else what the context leaves."""
+    if max_new_tokens is not None:
+        return max_new_tokens
+    return context - prompt_tokens if context is not None else UNKNOWN_CONTEXT_BUDGET
+
+
+def check_fits(prompt_tokens: int, max_new_tokens: int | None, context: int | None) -> None:
     """Raise ContextError when the prompt plus the answer budget exceed the context."""
     if not fits(prompt_tokens, max_new_tokens, context):
         raise ContextError(prompt_tokens, max_new_tokens, context)
@@ -61,6 +78,7 @@ class Fit:
     fits      -- the prompt plus the answer budget fit (always, where the length or the context
                  is unknown: a server that tokenizes its own chat);
     prompt    -- what to generate from (the engine's own prompt form), set when it fits;
+    max_new_tokens -- the answer's budget; None: until the context is full (it needs one token);
     drop      -- when it does not fit: the fewest oldest conversation messages to leave out,
                  counting `dropped`; None when even the last user turn alone does not fit.
     """
@@ -68,7 +86,7 @@ class Fit:
     fits: bool
     prompt: Any
     prompt_tokens: int | None
-    max_new_tokens: int
+    max_new_tokens: int | None
     context: int | None
     dropped: int = 0
     drop: int | None = None
@@ -78,7 +96,7 @@ class Fit:
         return ContextError(self.prompt_tokens or 0, self.max_new_tokens, self.context or 0)
 
 
-def fit_chat(messages: Messages, max_new_tokens: int, context: int | None,
+def fit_chat(messages: Messages, max_new_tokens: int | None, context: int | None,
              encode: Callable[[Messages], Any], length: Callable[[Any], int | None], dropped: int = 0) -> Fit:
     """The rule every engine applies: leave out the `dropped` oldest messages, encode the rest
     (`encode`: the engine's chat encoder; `length`: its prompt's token count, None if unknown),
@@ -106,7 +124,7 @@ def turn_starts(messages: Messages) -> list[int]:
     return [i for i, m in enumerate(rest) if m["role"] == "user"]
 
 
-def messages_to_drop(messages: Messages, count_tokens: Callable[[Messages], int], max_new_tokens: int,
+def messages_to_drop(messages: Messages, count_tokens: Callable[[Messages], int], max_new_tokens: int | None,
                      context: int | None) -> int | None:
     """The fewest oldest conversation messages to leave out so that the prompt of what is kept
     plus `max_new_tokens` fits `context`: 0 when the whole chat fits, None when not even the last
@@ -116,7 +134,7 @@ def messages_to_drop(messages: Messages, count_tokens: Callable[[Messages], int]
     prompt, so a binary search over the turn starts finds the fewest with few token counts."""
 
     def fits_without(n: int) -> bool:
-        return count_tokens(drop_oldest(messages, n)) + max_new_tokens <= context
+        return count_tokens(drop_oldest(messages, n)) + room(max_new_tokens) <= context
 
     if context is None or fits_without(0):
         return 0

@@ -124,12 +124,15 @@ class EngineLike(Protocol):
         """What the server is and tells; None for models loaded here."""
         ...
 
-    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> Prompt:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False,
+                    answer_ids: list[int] | None = None) -> Prompt:
         """[{"role", "content"}, ...] -> the prompt, through the target's chat template, ending
         with the assistant's turn opener. `continue_final`: the last message is the assistant's
         and the answer continues it (a prefill): the prompt ends with its content, the turn left
         open (no end-of-turn after it, no new turn opener). EngineError where the last message is
-        not the assistant's, or where a server cannot continue one."""
+        not the assistant's, or where a server cannot continue one. `answer_ids`: that message's
+        tokens as this engine wrote them; an engine that tokenizes here puts them in the prompt as
+        they are (a server tokenizes the text)."""
         ...
 
     def encode_prompt(self, text: str) -> Prompt:
@@ -147,16 +150,21 @@ class EngineLike(Protocol):
         enough for a worker thread, never the GUI's."""
         ...
 
-    def fit(self, messages: Messages, max_new_tokens: int, dropped: int = 0) -> Fit:
-        """The chat without its `dropped` oldest messages, encoded and measured against the
-        context (context.fit_chat: the one rule); when it does not fit, how many to drop."""
+    def fit(self, messages: Messages, max_new_tokens: int | None, dropped: int = 0, *, continue_final: bool = False,
+            answer_ids: list[int] | None = None) -> Fit:
+        """The chat without its `dropped` oldest messages, encoded (encode_chat, with
+        `continue_final` and `answer_ids` for a continued answer) and measured against the
+        context (context.fit_chat: the one rule); when it does not fit, how many to drop.
+        max_new_tokens None: the answer runs until the context is full (it needs one token)."""
         ...
 
     def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
-                 reuse_cache: bool = False) -> GenerationLike:
-        """Decode one answer with `settings` (mode, proposer, k, sampling, budget, seed).
-        `cancel` ends it within a step; `reuse_cache` keeps the cached prefix of a chat's
-        earlier turns. Refuses (ContextError, EngineError) before computing anything."""
+                 reuse_cache: bool = False, answer_prefix: int = 0) -> GenerationLike:
+        """Decode one answer with `settings` (mode, proposer, k, sampling, budget, seed; a
+        budget of None: until the context is full, stop reason "context"). `cancel` ends it
+        within a step; `reuse_cache` keeps the cached prefix of a chat's earlier turns;
+        `answer_prefix`: the prompt's last that many tokens are the answer being continued (its
+        text is not handed out again). Refuses (ContextError, EngineError) before computing."""
         ...
 
     def fork(self) -> EngineLike:

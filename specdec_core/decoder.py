@@ -24,7 +24,7 @@ import torch
 
 from .acceptance import greedy_verify, speculative_verify
 from .adaptive import StepOutcome, make_policy
-from .context import check_fits, context_length
+from .context import answer_budget, check_fits, context_length
 from .detok import IncrementalDetokenizer
 from .events import EventStream, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
@@ -32,6 +32,9 @@ from .proposers.base import DraftPlan, Proposal, Proposer
 from .sampling import greedy_picks, probabilities
 from .settings import DecodeSettings, SamplingParams, SettingsError
 from .textkind import TextKind
+
+
+DETOK_SEED = 16  # tokens of a continued answer the detokenizer reads as context
 
 
 class Generation(EventStream):
@@ -94,19 +97,28 @@ class Decoder:
         proposer: Proposer | None = None,
         cancel: threading.Event | None = None,
         reuse_cache: bool = False,
+        answer_prefix: int = 0,
     ) -> Generation:
         """reuse_cache: keep the KV caches' entries for the longest prefix of `prompt_ids` that
         they already hold (a chat's next turn) instead of recomputing the whole prompt. Off by
-        default: a benchmark or a race must pay every prompt's prefill."""
+        default: a benchmark or a race must pay every prompt's prefill.
+
+        answer_prefix: the last that many prompt ids are the start of the answer this
+        generation continues (an assistant prefill): the text handed out continues theirs.
+        settings.max_new_tokens None: the answer runs until the context is full."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
         check_fits(len(prompt_ids), settings.max_new_tokens, self.context_length)
+        budget = answer_budget(settings.max_new_tokens, len(prompt_ids), self.context_length)
         detok = IncrementalDetokenizer(self.tokenizer)
+        if answer_prefix > 0:  # a few tokens of context are all a word's space or a split character need
+            detok.seed(list(prompt_ids[-min(answer_prefix, DETOK_SEED):]))
         stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
-        loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache)
+        loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache, budget)
         return Generation(loop, detok, stats)
 
-    def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False) -> Iterator[TokenEvent]:
+    def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False,
+              budget: int = 0) -> Iterator[TokenEvent]:
         params = settings.sampling
         rng = torch.Generator().manual_seed(settings.seed)
         policy = None
@@ -129,7 +141,7 @@ class Decoder:
             if cancel is not None and cancel.is_set():
                 stats.stop_reason = "cancelled"
                 break
-            remaining = settings.max_new_tokens - emitted
+            remaining = budget - emitted
             # 1. propose what the controller's plan allows; never more than the budget can take
             # (k accepted + 1 target token). Step 0 is the target's prompt prefill alone, in
             # both modes: the first token comes as fast as standard decoding gives it. An empty
@@ -190,8 +202,9 @@ class Decoder:
             stats.seconds = time.perf_counter() - t0
             if new[-1] in self.eos:
                 stats.stop_reason = "eos"
-            elif emitted >= settings.max_new_tokens:
-                stats.stop_reason = "max_new_tokens"
+            elif emitted >= budget:
+                # the user's limit, or (none set) the context is full
+                stats.stop_reason = "max_new_tokens" if settings.max_new_tokens is not None else "context"
             t = t_done - t0
             for i, (tok, kind) in enumerate(zip(new, kinds)):
                 piece = detok.push(tok)

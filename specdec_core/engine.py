@@ -97,12 +97,25 @@ class Engine:
         return None
 
     # -- prompts ---------------------------------------------------------------------------
-    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> list[int]:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False,
+                    answer_ids: list[int] | None = None) -> list[int]:
         """messages [{"role": "system"|"user"|"assistant", "content": ...}] -> prompt ids,
         through the target's own chat template, ending with the assistant's turn opener; with
-        `continue_final`, ending with the last (assistant's) message, its turn left open."""
+        `continue_final`, ending with the last (assistant's) message, its turn left open.
+
+        `answer_ids`: that last message as this target wrote it, token by token. Where the
+        template opens the assistant's turn the same way with and without its content, the prompt
+        is the turn opener followed by exactly these ids, so the continuation reads what the
+        answer's own decoding read (re-encoding its text may split it into other tokens, and
+        loses a special token or a character cut in half)."""
         if continue_final and (not messages or messages[-1]["role"] != "assistant"):
             raise EngineError("only an assistant's message can be continued: the last message is not the assistant's")
+        if continue_final and answer_ids:
+            whole = self.encode_chat(messages, continue_final=True)
+            opener = self.encode_chat(messages[:-1])
+            if whole[: len(opener)] == opener:
+                return opener + list(answer_ids)
+            return whole
         if getattr(self.tokenizer, "chat_template", None):
             enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=not continue_final,
                                                      continue_final_message=continue_final, tokenize=True)
@@ -124,8 +137,12 @@ class Engine:
     def count_tokens(self, messages: Messages) -> int:
         return len(self.encode_chat(messages))
 
-    def fit(self, messages: Messages, max_new_tokens: int, dropped: int = 0) -> Fit:
-        return fit_chat(messages, max_new_tokens, self.context_length, self.encode_chat, len, dropped)
+    def fit(self, messages: Messages, max_new_tokens: int | None, dropped: int = 0, *, continue_final: bool = False,
+            answer_ids: list[int] | None = None) -> Fit:
+        def encode(kept: Messages) -> list[int]:
+            return self.encode_chat(kept, continue_final=continue_final, answer_ids=answer_ids)
+
+        return fit_chat(messages, max_new_tokens, self.context_length, encode, len, dropped)
 
     # -- decoding --------------------------------------------------------------------------
     def new_proposer(self, name: str) -> Proposer:
@@ -143,6 +160,8 @@ class Engine:
         return self._proposers[name]
 
     def generate(self, prompt: list[int], settings: DecodeSettings = DecodeSettings(), *,
-                 cancel: threading.Event | None = None, reuse_cache: bool = False) -> Generation:
+                 cancel: threading.Event | None = None, reuse_cache: bool = False,
+                 answer_prefix: int = 0) -> Generation:
         prop = self.proposer(settings.proposer) if settings.speculative else None
-        return self.decoder.generate(prompt, settings, prop, cancel, reuse_cache=reuse_cache)
+        return self.decoder.generate(prompt, settings, prop, cancel, reuse_cache=reuse_cache,
+                                     answer_prefix=answer_prefix)

@@ -5,7 +5,7 @@ Nothing here imports torch, so the GUI thread can import these types freely.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
 
@@ -124,7 +124,9 @@ class Stats:
     per_position_accepted: list[int] = field(default_factory=list)  # index i: steps that accepted position i
     draft_lengths: list[int] = field(default_factory=list)  # k of each speculative step
     last_draft_length: int | None = None  # k of the latest step after the prefill (0: plain); None before one
-    stop_reason: str = ""  # "eos" | "max_new_tokens" | "cancelled"; "" while running
+    # "eos" | "max_new_tokens" (the answer's own budget) | "context" (no budget: the context is
+    # full) | "cancelled"; "" while running
+    stop_reason: str = ""
     reused_prompt_tokens: int = 0  # prompt tokens whose KV entries an earlier turn left in the cache
     mode: str = "standard"
     proposer: str | None = None
@@ -201,6 +203,45 @@ class Stats:
             mean_plain_step_seconds=self.mean_plain_step_seconds,
         )
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Stats:
+        """The fields of a to_dict() (a saved message's figures); the derived values are left
+        to the properties, anything else in `d` is ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def joined(self, then: Stats) -> Stats:
+        """One answer written in two generations (the app's Continue): `self`, then `then`,
+        continuing it. Counts, times and per-position tallies add up, the draft lengths follow
+        one another, the latest step (where `then` had one after its prefill) and the stop reason
+        are `then`'s; the rates and shares
+        (properties) follow from the sums. Speculative when either part was (a standard part's
+        steps are plain steps, which is how they count)."""
+        out = Stats()
+        for f in fields(Stats):
+            a, b = getattr(self, f.name), getattr(then, f.name)
+            if b is None or isinstance(a, bool) or not isinstance(a, (int, float, list, dict)):
+                setattr(out, f.name, b if b is not None else a)
+            elif isinstance(a, list):
+                setattr(out, f.name, _summed_lists(a, b) if f.name.startswith("per_position") else a + b)
+            elif isinstance(a, dict):
+                setattr(out, f.name, {k: a.get(k, 0) + b.get(k, 0) for k in {**a, **b}})
+            else:
+                setattr(out, f.name, a + b)
+        out.last_draft_length = then.last_draft_length if then.last_draft_length is not None else self.last_draft_length
+        out.reused_prompt_tokens = self.reused_prompt_tokens  # the first part's prompt; a continuation reuses its own
+        if "speculative" in (self.mode, then.mode):
+            out.mode = "speculative"
+        if self.proposer and then.proposer and self.proposer != then.proposer:
+            out.proposer = f"{self.proposer}, then {then.proposer}"
+        else:
+            out.proposer = then.proposer or self.proposer
+        return out
+
+
+def _summed_lists(a: list, b: list) -> list:
+    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(max(len(a), len(b)))]
 
 
 # greedy near-tie threshold on the target's top-1 minus top-2 logit, by the target's dtype: a

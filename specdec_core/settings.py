@@ -74,7 +74,9 @@ class DecodeSettings:
     """How to decode one answer. Checked when made, so a bad value is refused before anything
     loads or computes."""
 
-    max_new_tokens: int = 256
+    # the answer's budget; None: no limit of its own, the answer may run until the target's context
+    # is full (the decoder stops it there, stop reason "context") -- what the app does by default
+    max_new_tokens: int | None = 256
     sampling: SamplingParams = SamplingParams()
     draft_tokens: int | str = 4  # k >= 1, or "adaptive"
     seed: int = 0  # the whole random stream of one generation derives from this
@@ -82,7 +84,7 @@ class DecodeSettings:
     proposer: str = DEFAULT_PROPOSER  # one of PROPOSERS; read in speculative mode only
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise SettingsError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.draft_tokens != "adaptive":
             if not isinstance(self.draft_tokens, int) or self.draft_tokens < 1:

@@ -64,8 +64,9 @@ class _SlowGeneration:
 
 
 def tiny_factory(delay: float = 0.0, eos: tuple = (), with_draft: bool = True, noise: float = 0.05,
-                 report: bool = True):
-    """report=False: no progress of its own (the worker's two progress signals only)."""
+                 report: bool = True, max_positions: int = 512):
+    """report=False: no progress of its own (the worker's two progress signals only);
+    max_positions: the target's context (a small one fills up fast)."""
 
     def factory(progress):
         import copy
@@ -80,7 +81,7 @@ def tiny_factory(delay: float = 0.0, eos: tuple = (), with_draft: bool = True, n
         torch.set_num_threads(1)  # tiny models: threads only cost (and the CPUs are shared)
         progress("Building tiny target", 0.2)
         tok = make_tokenizer()
-        target = make_model(len(tok), seed=0, hidden=32, layers=2)
+        target = make_model(len(tok), seed=0, hidden=32, layers=2, max_positions=max_positions)
         draft = None
         if with_draft:
             progress("Building tiny draft", 0.6)

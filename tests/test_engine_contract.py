@@ -12,7 +12,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from specdec_core.context import Fit, fit_chat  # noqa: E402
+from specdec_core.context import Fit, answer_budget, fit_chat  # noqa: E402
 from specdec_core.contract import (  # noqa: E402
     ChatPrompt,
     EngineError,
@@ -109,7 +109,7 @@ class FakeEngine:
     def server_info(self) -> ServerInfo | None:
         return self._server
 
-    def encode_chat(self, messages, *, continue_final=False):
+    def encode_chat(self, messages, *, continue_final=False, answer_ids=None):
         return [len(w) for m in messages for w in m["content"].split()]
 
     def encode_prompt(self, text):
@@ -121,13 +121,13 @@ class FakeEngine:
     def count_tokens(self, messages):
         return len(self.encode_chat(messages))
 
-    def fit(self, messages, max_new_tokens, dropped=0):
+    def fit(self, messages, max_new_tokens, dropped=0, *, continue_final=False, answer_ids=None):
         return fit_chat(messages, max_new_tokens, self._context, self.encode_chat, len, dropped)
 
-    def generate(self, prompt, settings, *, cancel=None, reuse_cache=False):
+    def generate(self, prompt, settings, *, cancel=None, reuse_cache=False, answer_prefix=0):
         self.generated.append((prompt, settings, reuse_cache))
         events = []
-        for i in range(settings.max_new_tokens):
+        for i in range(answer_budget(settings.max_new_tokens, len(prompt), self._context)):
             step, pos = divmod(i, 3)
             kind = TokenKind.BONUS if pos == 2 else TokenKind.ACCEPTED
             events.append(TokenEvent(i, f" w{i}", kind, step, pos, 0.01 * i, None, 2))

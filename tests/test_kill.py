@@ -29,9 +29,9 @@ from app.theme import Theme  # noqa: E402
 HELPER = Path(__file__).resolve().parent / "app_process.py"
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="SIGKILL is a POSIX signal")
-def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window, tmp_path):
-    data = tmp_path / "app-data"
+def kill_mid_answer(data: Path) -> int:
+    """Run the app on `data`, send a message, SIGKILL it well into the answer; returns how many
+    tokens of the answer it had shown when it printed last."""
     proc = subprocess.Popen([sys.executable, str(HELPER), str(data)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     watchdog = threading.Timer(180, proc.kill)  # a hung app never hangs the test run
@@ -54,6 +54,13 @@ def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window,
         watchdog.cancel()
         proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL, "the app was not killed mid-answer"
+    return shown
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="SIGKILL is a POSIX signal")
+def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window, tmp_path):
+    data = tmp_path / "app-data"
+    shown = kill_mid_answer(data)
 
     h = History(data)  # opening the file marks the answer that was streaming as cut
     (chat,) = h.chats()
@@ -88,3 +95,31 @@ def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window,
     assert summary.endswith("cut off: the app ended while it was written") and "generating" not in summary
     assert len(win.side_panel.chart.points) >= 2 and win.side_panel.chart.points == [
         tuple(p) for p in answer.stats["series"]]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="SIGKILL is a POSIX signal")
+def test_an_answer_cut_off_by_kill_9_continues_in_the_same_message(qtbot, make_window, tmp_path):
+    """Issue 30: after the restart, Continue writes on in the part that reached the disk."""
+    data = tmp_path / "app-data"
+    kill_mid_answer(data)
+    win = make_window(data_dir=data, max_new=8)
+    (chat,) = win.store.chats()
+    win.chats.open_chat(chat.id)
+    question, answer = win.chats.messages
+    old = [(t.token_id, t.kind, t.step) for t in answer.tokens]
+    bubble = win.page.chat_view.messages[-1]
+    assert answer.cut and bubble.error == CUT_NOTE and bubble.continue_button.isVisibleTo(win)
+    requests = []
+    original = win.worker.request_generate
+    win.worker.request_generate = lambda r: (requests.append(r), original(r))
+    with qtbot.waitSignal(win.message_done, timeout=60_000) as done:
+        bubble.continue_button.click()
+    assert done.args == ["max_new_tokens"] and list(requests[-1].answer_ids) == [t[0] for t in old]
+    assert win.chats.messages == [question, answer] and not answer.cut and bubble.error is None
+    assert [(t.token_id, t.kind, t.step) for t in answer.tokens][: len(old)] == old
+    assert len(answer.tokens) == len(old) + 8 and answer.stats["new_tokens"] == len(old) + 8
+    assert "cut off" not in bubble.meta_label.text() and bubble.meta_label.text().endswith("token limit")
+    h = History(data)
+    (stored_q, stored_a) = h.messages(chat.id)
+    assert stored_a.state == "" and [t.token_id for t in stored_a.tokens] == [t.token_id for t in answer.tokens]
+    h.close()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from ..events import Stats, TokenEvent, TokenKind
 from .queue import QueuedGeneration
 
-FINISH = {"eos": "stop", "stop_word": "stop", "max_new_tokens": "length"}
+FINISH = {"eos": "stop", "stop_word": "stop", "max_new_tokens": "length", "context": "length"}
 
 
 @dataclass(frozen=True)

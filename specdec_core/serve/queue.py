@@ -209,8 +209,10 @@ class QueuedEngine:
     def server_info(self) -> ServerInfo | None:
         return self.inner.server_info()
 
-    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> Prompt:
-        return self.inner.encode_chat(messages, continue_final=continue_final)
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False,
+                    answer_ids: list[int] | None = None) -> Prompt:
+        more = {"answer_ids": answer_ids} if answer_ids else {}
+        return self.inner.encode_chat(messages, continue_final=continue_final, **more)
 
     def encode_prompt(self, text: str) -> Prompt:
         return self.inner.encode_prompt(text)
@@ -221,14 +223,17 @@ class QueuedEngine:
     def count_tokens(self, messages: Messages) -> int | None:
         return self.inner.count_tokens(messages)
 
-    def fit(self, messages: Messages, max_new_tokens: int, dropped: int = 0) -> Fit:
-        return self.inner.fit(messages, max_new_tokens, dropped)
+    def fit(self, messages: Messages, max_new_tokens: int | None, dropped: int = 0, *, continue_final: bool = False,
+            answer_ids: list[int] | None = None) -> Fit:
+        more = {"continue_final": True, "answer_ids": answer_ids} if continue_final else {}
+        return self.inner.fit(messages, max_new_tokens, dropped, **more)
 
     def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
-                 reuse_cache: bool = False) -> QueuedGeneration:
+                 reuse_cache: bool = False, answer_prefix: int = 0) -> QueuedGeneration:
         """Refusals first (ContextError, EngineError: nothing joins), then a place in the line
         (QueueFull when it is full and this engine is bounded)."""
-        inner = self.inner.generate(prompt, settings, cancel=cancel, reuse_cache=reuse_cache)
+        more = {"answer_prefix": answer_prefix} if answer_prefix else {}  # passed on only where it says something
+        inner = self.inner.generate(prompt, settings, cancel=cancel, reuse_cache=reuse_cache, **more)
         ticket = self.queue.join(self.bounded)
         return QueuedGeneration(inner, self.queue, ticket, settings, cancel)
 

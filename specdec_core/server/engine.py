@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ..context import Fit, Messages, fit_chat
+from ..context import Fit, Messages, answer_budget, fit_chat
 from ..contract import ChatPrompt, EngineError, Prompt, ServerInfo, prompt_tokens
 from ..models.types import ModelInfo
 from ..serve.protocol import EXTENSION, OWNED_BY
@@ -228,13 +228,15 @@ class ServerEngine:
         return twin
 
     # -- prompts ----------------------------------------------------------------------------
-    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> Prompt:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False,
+                    answer_ids: list[int] | None = None) -> Prompt:
         """llama-server, specdec serve: token ids through its own template and tokenizer (what its
         chat endpoint would feed the model); others: the messages, for their chat endpoint.
         `continue_final`: llama-server (unless started with --no-prefill-assistant) and specdec
         serve continue a last assistant message themselves (asked or not: their template
         endpoints render what their chat endpoints would); other servers' chat endpoints open a
-        new turn after it, so it is refused there (EngineError)."""
+        new turn after it, so it is refused there (EngineError). `answer_ids` are not used: the
+        server tokenizes the message's text."""
         if continue_final:
             if not messages or messages[-1]["role"] != "assistant":
                 raise EngineError("only an assistant's message can be continued: the last message is not the "
@@ -275,15 +277,24 @@ class ServerEngine:
     def count_tokens(self, messages: Messages) -> int | None:
         return prompt_tokens(self.encode_chat(messages))
 
-    def fit(self, messages: Messages, max_new_tokens: int, dropped: int = 0) -> Fit:
-        return fit_chat(messages, max_new_tokens, self.context_length, self.encode_chat, prompt_tokens, dropped)
+    def fit(self, messages: Messages, max_new_tokens: int | None, dropped: int = 0, *, continue_final: bool = False,
+            answer_ids: list[int] | None = None) -> Fit:
+        def encode(kept: Messages) -> Prompt:
+            return self.encode_chat(kept, continue_final=continue_final)
+
+        return fit_chat(messages, max_new_tokens, self.context_length, encode, prompt_tokens, dropped)
 
     # -- decoding ----------------------------------------------------------------------------
     def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
-                 reuse_cache: bool = False) -> ServerGeneration:
+                 reuse_cache: bool = False, answer_prefix: int = 0) -> ServerGeneration:
         """Stream one answer. A `specdec serve` takes every setting; elsewhere the draft length
         and the proposer are the server's own business, and the mode must be what the server
-        does ("speculative" on a server that does not say)."""
+        does ("speculative" on a server that does not say). Without a budget, the answer gets
+        what the context leaves where both lengths are known, else the server's own bound.
+        (`answer_prefix` is not needed: the server detokenizes.)"""
+        n = prompt_tokens(prompt)
+        if settings.max_new_tokens is None and n is not None and self.context_length:
+            settings = settings.replace(max_new_tokens=answer_budget(None, n, self.context_length))
         if settings.mode == "standard" and self.speculative and self.flavour != SPECDEC:
             raise ServerError(f"the {self.flavour} server at {self.endpoint.url} drafts on every request and no "
                               "request can turn that off, so it cannot decode standard here; run a server without "

@@ -107,7 +107,7 @@ def llama_body(prompt_ids: list[int], req: Request) -> dict:
     s = req.settings.sampling
     return {
         "prompt": list(prompt_ids),
-        "n_predict": req.settings.max_new_tokens,
+        "n_predict": -1 if req.settings.max_new_tokens is None else req.settings.max_new_tokens,  # -1: its context
         "temperature": float(s.temperature),
         "top_k": int(s.top_k),
         "top_p": float(s.top_p),
@@ -245,13 +245,14 @@ def openai_body(model: str, prompt, req: Request, vllm: bool) -> tuple[str, dict
     s = req.settings.sampling
     body: dict = {
         "model": model,
-        "max_tokens": req.settings.max_new_tokens,
         "temperature": float(s.temperature),
         "top_p": float(s.top_p),
         "seed": int(req.settings.seed) % 2**31,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if req.settings.max_new_tokens is not None:  # absent: the server's own bound (its context)
+        body["max_tokens"] = req.settings.max_new_tokens
     if s.top_k > 0:  # "off" is spelled differently by each server: leave it out
         body["top_k"] = int(s.top_k)
     if vllm:
