@@ -137,6 +137,7 @@ class TokenText(QTextBrowser):
         )
         self.viewport().setMouseTracking(True)
         self.document().setDocumentMargin(2)
+        self.document().setUndoRedoEnabled(False)  # read-only: no undo step per coloured run
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
         self.tokens: list[ViewToken] = []
         self.position_tokens: list[int] = []  # document position -> token index (-1 none)
@@ -355,6 +356,7 @@ def _colour(doc: QTextDocument, pos_tokens: list[int], chars: list[str], tokens:
     """Each run of characters of one token gets its kind's background (two shades alternating
     so neighbouring tokens of one kind stay distinguishable); the foreground is left as it is."""
     cur = QTextCursor(doc)
+    cur.beginEditBlock()  # one layout pass for all the runs, not one per run
     formats = {(k, odd, copied): _fmt(theme, k, odd, copied) for k in KINDS for odd in (0, 1)
                for copied in (False, True)}
     count = len(chars)
@@ -369,6 +371,7 @@ def _colour(doc: QTextDocument, pos_tokens: list[int], chars: list[str], tokens:
                 tok = tokens[idx]
                 cur.mergeCharFormat(formats[(tok.kind, idx % 2, tok.copied)])
             start = p
+    cur.endEditBlock()
 
 
 def _fmt(theme: Theme, kind: str, odd: int = 0, copied: bool = False) -> QTextCharFormat:
