@@ -197,8 +197,9 @@ class TokenText(QTextBrowser):
         layout = self.document().documentLayout()
         for i, head in enumerate(self.code_heads[: len(self.copy_buttons)]):
             b = self.copy_buttons[i]
-            b.adjustSize()
             r = layout.blockBoundingRect(self.document().findBlockByNumber(head))
+            b.adjustSize()
+            b.setFixedHeight(max(1, int(r.height())))  # as tall as the header line: the code stays uncovered
             x = int(r.right()) - b.width() - 2 - self.horizontalScrollBar().value()
             y = int(r.top() + (r.height() - b.height()) / 2) - self.verticalScrollBar().value()
             b.move(max(0, x), max(0, y))
@@ -284,9 +285,9 @@ def answer_html(text: str, parts: list, theme: Theme) -> str:
 
 
 def _block_html(k: int, block: CodeBlock, palette, v: dict) -> str:
-    # the header's line is tall enough for the Copy button laid over its right end
+    # the header line: the language on the left, the Copy button laid over its right end
     head = (f"<p style='-qt-user-state:{HEAD_STATE + k}; background-color:{v['border']}; color:{v['muted']}; "
-            f"font-size:11px; line-height:170%; text-indent:6px; margin-top:6px; margin-bottom:0px'>"
+            f"font-size:12px; text-indent:6px; margin-top:6px; margin-bottom:0px'>"
             f"{html.escape(label(block))}</p>")
     body = code_html(block.code, block.lang, palette) if block.code else " "
     if block.code.startswith("\n"):  # the HTML parser drops a newline right after <pre>
