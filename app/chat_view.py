@@ -1,17 +1,7 @@
 """The chat view: one bubble per message, markdown rendered, assistant tokens coloured by kind.
 
-How colours and markdown live together: the message's text is rendered as markdown (python
-`markdown` -> HTML -> QTextDocument); then the raw text, whose every character belongs to one
-token, is aligned with the rendered document's characters (markdown syntax such as `**` or the
-code fences is skipped) and each run of characters gets its token's background. Hovering a
-character looks its token up in the same alignment and shows kind, the source that proposed its
-step (lookup or the draft model), step and draft position. An accepted token that lookup copied
-from the conversation also gets a dotted underline in its kind's colour: the background stays the
-kind, the one primary signal.
-
-While an answer streams its text is incomplete markdown; an open code fence is closed for the
-rendering (`close_open_fence`), so a half-written code block already looks like code instead of
-its `# comment` lines turning into headings until the fence closes.
+How a message's text becomes coloured, highlighted rich text (markdown, code blocks with their
+language and Copy button, the kinds in the background, the hover text): app/message_text.py.
 
 A bubble is one message of the branch shown (its `message`): a user bubble can be edited (a new
 branch) and shows its attachments; a message with several versions shows ‹ n/m › to switch.
@@ -20,13 +10,10 @@ branch) and shows its attachments; a message with several versions shows ‹ n/m
 from __future__ import annotations
 
 import html
-import re
 import time
-from dataclasses import dataclass
 
-import markdown as md
-from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -34,190 +21,16 @@ from PySide6.QtWidgets import (
     QLabel,
     QScrollArea,
     QSizePolicy,
-    QTextBrowser,
     QToolButton,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
 
 from .composer import Chip
-from .theme import KIND_HINTS, LOOKUP_MARK, SOURCE_WORDS, Theme
+from .message_text import TokenText, ViewToken, align, render_answer, source_line, token_tooltip  # noqa: F401
+from .theme import LOOKUP_MARK, Theme
 
-LOOKAHEAD = 12  # raw characters skipped at most to find a rendered character (markdown syntax)
-CONTEXT_LOOKAHEAD = 40  # ... when the next few rendered characters match too (a fence with its language)
 RENDER_INTERVAL_MS = 40
-
-
-@dataclass
-class ViewToken:
-    """What the view keeps per assistant token (from a TokenEvent or from history)."""
-
-    token_id: int
-    text: str
-    kind: str
-    step: int
-    draft_position: int | None
-    source: str | None = None  # what proposed the token's step: "lookup" | "draft" | ""; None: not recorded
-
-    @classmethod
-    def from_event(cls, ev) -> ViewToken:
-        kind = getattr(ev.kind, "value", ev.kind)
-        return cls(ev.token_id, ev.text, kind, ev.step, ev.draft_position, getattr(ev, "source", None))
-
-    @property
-    def copied(self) -> bool:
-        """A token lookup proposed (copied from the conversation) and the target kept."""
-        return self.kind == "accepted" and self.source == "lookup"
-
-
-def markdown_to_html(text: str) -> str:
-    return md.markdown(text, extensions=["fenced_code", "tables", "sane_lists", "nl2br"], output_format="html")
-
-
-# a fence line as python-markdown's fenced_code reads it: at the line's start, three or more
-# backticks or tildes, then the language or attributes
-_FENCE = re.compile(r"^(`{3,}|~{3,})(.*)$")
-
-
-def close_open_fence(text: str) -> str:
-    """`text` with a closing fence added when a code block is still open (an answer streaming, or
-    one cut off), so the block renders as code. A block closes with exactly its opening fence."""
-    open_fence = None
-    for line in text.split("\n"):
-        m = _FENCE.match(line)
-        if m is None:
-            continue
-        fence, rest = m.group(1), m.group(2)
-        if open_fence is None:
-            if not (fence[0] == "`" and "`" in rest):  # ```x``` on one line is inline code, not a block
-                open_fence = fence
-        elif fence == open_fence and not rest.strip():
-            open_fence = None
-    if open_fence is None:
-        return text
-    return text + ("" if text.endswith("\n") else "\n") + open_fence
-
-
-def align(raw: str, owners: list[int], doc_chars: list[str]) -> list[int]:
-    """For each document character, the index of the token that produced it (-1: none).
-
-    raw[i] was produced by token owners[i]. Rendered characters are found in order in the raw
-    text, skipping at most LOOKAHEAD raw characters (markdown syntax); whitespace matches
-    whitespace loosely (markdown folds newlines and spaces)."""
-    out = [-1] * len(doc_chars)
-    i, n = 0, len(raw)
-    last = -1
-    for j, c in enumerate(doc_chars):
-        if i >= n:
-            break
-        if c.isspace() or c in "\u2029\u2028\ufdd0\ufdd1\ufffc":
-            if raw[i].isspace():
-                last = owners[i]
-                out[j] = last
-                i += 1
-            elif c == " ":
-                out[j] = last
-            continue
-        hit = _best_hit(raw, i, n, doc_chars, j)
-        if hit < 0:
-            out[j] = last
-            continue
-        last = owners[hit]
-        out[j] = last
-        i = hit + 1
-    return out
-
-
-def _best_hit(raw: str, lo: int, hi: int, doc_chars: list[str], j: int, context: int = 4) -> int:
-    """The first place in raw[lo:hi] where doc_chars[j] occurs followed by the same next few
-    rendered characters (so a "p" of "python" in a code fence is not taken for the "p" of "print");
-    else the first place it occurs at all; -1 when nowhere."""
-    want = []
-    for c in doc_chars[j : j + context * 3]:
-        if c.isspace() or c in "\u2029\u2028\ufdd0\ufdd1\ufffc":
-            break
-        want.append(c)
-        if len(want) == context:
-            break
-    ctx = raw.find("".join(want), lo, min(hi, lo + CONTEXT_LOOKAHEAD) + len(want) - 1)
-    if ctx >= 0:
-        return ctx
-    return raw.find(want[0], lo, min(hi, lo + LOOKAHEAD))
-
-
-class TokenText(QTextBrowser):
-    """A read-only rich text view that is exactly as tall as its content (the page scrolls)."""
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setObjectName("BubbleText")
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setOpenExternalLinks(True)
-        self.setTextInteractionFlags(
-            Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.LinksAccessibleByMouse
-        )
-        self.viewport().setMouseTracking(True)
-        self.document().setDocumentMargin(2)
-        self.document().documentLayout().documentSizeChanged.connect(self._fit)
-        self.tokens: list[ViewToken] = []
-        self.position_tokens: list[int] = []  # document position -> token index (-1 none)
-        self._fit()
-
-    def _fit(self, *_):
-        h = int(self.document().size().height() + 0.999) + 2 * self.frameWidth() + 2
-        if h != self.height():
-            self.setFixedHeight(max(h, 22))
-
-    def resizeEvent(self, e):
-        super().resizeEvent(e)
-        self._fit()
-
-    def wheelEvent(self, e):  # let the chat page scroll
-        e.ignore()
-
-    def token_at(self, pos) -> ViewToken | None:
-        p = self.document().documentLayout().hitTest(QPointF(pos), Qt.HitTestAccuracy.ExactHit)
-        if 0 <= p < len(self.position_tokens):
-            idx = self.position_tokens[p]
-            if 0 <= idx < len(self.tokens):
-                return self.tokens[idx]
-        return None
-
-    def viewportEvent(self, e):
-        if e.type() == QEvent.Type.ToolTip:
-            tok = self.token_at(e.pos())
-            if tok is not None:
-                QToolTip.showText(e.globalPos(), token_tooltip(tok), self.viewport())
-            else:
-                QToolTip.hideText()
-                e.ignore()
-            return True
-        return super().viewportEvent(e)
-
-
-def source_line(tok: ViewToken) -> str:
-    """Which source proposed the token's step, in words ("" for a plain step or an old message)."""
-    words = SOURCE_WORDS.get(tok.source or "")
-    if not words:
-        return ""
-    return f"proposed by {words}" if tok.kind == "accepted" else f"in a step proposed by {words}"
-
-
-def token_tooltip(tok: ViewToken) -> str:
-    pos = "—" if tok.draft_position is None else str(tok.draft_position)
-    shown = tok.text.replace("\n", "⏎").replace(" ", "·") or "(part of a character)"
-    hint = KIND_HINTS.get(tok.kind, "")
-    source = source_line(tok)
-    return (
-        f"<b>{tok.kind}</b>" + (f" · {html.escape(source)}" if source else "") + "<br>"
-        + (f"{html.escape(hint, quote=False)}<br>" if hint else "")
-        + f"step {tok.step} · draft position {pos}<br>"
-        f"token {tok.token_id}: <code>{html.escape(shown)}</code>"
-    )
 
 
 class MessageWidget(QFrame):
@@ -413,6 +226,7 @@ class MessageWidget(QFrame):
         doc = self.view.document()
         doc.setDefaultStyleSheet(self._css())
         self.view.tokens = self.tokens
+        self.view.set_code_blocks([], [])  # until an answer's code blocks are rendered
         if self.role == "user":
             doc.setPlainText(self.text)
             self.view.position_tokens = []
@@ -431,10 +245,7 @@ class MessageWidget(QFrame):
                         f"at once{'' if not self.tokens else f' after {len(self.tokens)} token(s)'})</i></p>")
             self.view.position_tokens = []
             return
-        doc.setHtml(markdown_to_html(close_open_fence(body)))
-        self.view.position_tokens = []
-        if self.tokens:
-            self._colour(doc)
+        render_answer(self.view, body, self.tokens, self.theme, self.colours)
         if self.error:
             cur = QTextCursor(doc)
             cur.movePosition(QTextCursor.MoveOperation.End)
@@ -447,44 +258,6 @@ class MessageWidget(QFrame):
             fmt = QTextCharFormat()
             fmt.setForeground(self.theme.color("accent"))
             cur.insertText(" ▍", fmt)
-
-    def _colour(self, doc: QTextDocument) -> None:
-        owners: list[int] = []
-        for idx, t in enumerate(self.tokens):
-            owners.extend([idx] * len(t.text))
-        count = doc.characterCount()
-        chars = [doc.characterAt(p) for p in range(count)]
-        pos_tokens = align(self.text, owners, chars)
-        self.view.position_tokens = pos_tokens
-        if not self.colours:
-            return
-        cur = QTextCursor(doc)
-        # alternate two shades per kind so neighbouring tokens of one kind stay distinguishable
-        from .theme import KINDS
-
-        formats = {(k, odd, copied): self._fmt(k, odd, copied) for k in KINDS for odd in (0, 1)
-                   for copied in (False, True)}
-        start = 0
-        for p in range(1, count + 1):
-            if p == count or pos_tokens[p] != pos_tokens[start] or chars[p] in "\u2029\ufdd0\ufdd1":
-                idx = pos_tokens[start]
-                if idx >= 0 and chars[start] not in "\u2029\ufdd0\ufdd1":
-                    cur.setPosition(start)
-                    cur.setPosition(p, QTextCursor.MoveMode.KeepAnchor)
-                    tok = self.tokens[idx]
-                    cur.mergeCharFormat(formats[(tok.kind, idx % 2, tok.copied)])
-                start = p
-
-    def _fmt(self, kind: str, odd: int = 0, copied: bool = False) -> QTextCharFormat:
-        f = QTextCharFormat()
-        c = self.theme.kind_bg(kind)
-        if odd:
-            c.setAlpha(min(255, int(c.alpha() * 1.6)))
-        f.setBackground(c)
-        if copied:  # lookup's: a dotted underline in the kind's own colour, the background unchanged
-            f.setUnderlineStyle(QTextCharFormat.UnderlineStyle.DotLine)
-            f.setUnderlineColor(self.theme.kind_fg(kind))
-        return f
 
 
 class ChatView(QScrollArea):

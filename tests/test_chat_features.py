@@ -23,7 +23,8 @@ from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox  # noqa: E402
 
 from app import figures  # noqa: E402
 from app.attachments import MAX_BYTES, PASTE_LINES, attachment_block  # noqa: E402
-from app.chat_view import MessageWidget, ViewToken, close_open_fence, token_tooltip  # noqa: E402
+from app.chat_view import MessageWidget, ViewToken, token_tooltip  # noqa: E402
+from app.code_blocks import split  # noqa: E402
 from app.history import History  # noqa: E402
 from app.theme import Theme  # noqa: E402
 from app.worker import LoadRequest  # noqa: E402
@@ -615,8 +616,8 @@ def test_an_open_code_fence_renders_as_code_while_streaming(qtbot):
     assert "monospace" in (cur.charFormat().fontFamilies() or [])
     assert "```" not in plain
     assert w.view.position_tokens[plain.index("# a")] == 4  # colours still line up with the tokens
-    assert close_open_fence("a\n```\nb\n```\n") == "a\n```\nb\n```\n"
-    assert close_open_fence("a\n````md\n```\nb") == "a\n````md\n```\nb\n````"  # closed only by its own fence
+    assert split("a\n```\nb\n```\n")[1].closed
+    assert not split("a\n````md\n```\nb")[1].closed  # a shorter fence does not close it
 
 
 # -- issue 21: which source proposed each step --------------------------------------------------------
