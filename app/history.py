@@ -306,6 +306,35 @@ class History:
         ops += [("DELETE FROM messages WHERE chat_id = ?", (chat_id,)), ("DELETE FROM chats WHERE id = ?", (chat_id,))]
         self._write(ops)
 
+    def insert_chat(self, title: str, system_prompt: str, messages: list[Message], leaf: Message | None,
+                    pinned: bool = False) -> int:
+        """A whole chat in one transaction (an imported file: all of it or nothing); `messages`
+        parents first. Sets each message's id; returns the chat's."""
+        now = time.time()
+        try:
+            with self._transaction() as db:
+                chat_id = int(db.execute(
+                    "INSERT INTO chats(title, system_prompt, created, updated, pinned) VALUES (?, ?, ?, ?, ?)",
+                    (title, system_prompt, now, now, int(pinned))).lastrowid)
+                if self.fts:
+                    db.execute("INSERT INTO chats_fts(rowid, title) VALUES (?, ?)", (chat_id, title))
+                for m in messages:
+                    content, tokens, stats, attachments, state = self._columns(m)
+                    parent_id = m.parent.id if m.parent is not None else None
+                    m.id = int(db.execute(
+                        "INSERT INTO messages(chat_id, role, content, tokens, stats, created, parent_id, attachments, "
+                        "state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (chat_id, m.role, content, tokens, stats, now, parent_id, attachments, state)).lastrowid)
+                    if self.fts:
+                        db.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)", (m.id, m.content))
+                leaf_id = leaf.id if leaf is not None else None
+                db.execute("UPDATE chats SET leaf_id = ? WHERE id = ?", (leaf_id, chat_id))
+        except BaseException:
+            for m in messages:  # rolled back: none of them is saved
+                m.id = None
+            raise
+        return chat_id
+
     # -- messages -------------------------------------------------------------------------
     @staticmethod
     def _columns(message: Message) -> tuple:
