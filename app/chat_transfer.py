@@ -1,6 +1,7 @@
-"""File ▸ Export chat as JSON… and File ▸ Import chat…: a chat with everything it holds (every
-branch and version, each token's kind, the figures, the attachments, the system prompt, the
-settings each answer was written with) to a file and back (app/chat_json.py; docs/chat-json.md).
+"""File ▸ Export chat as JSON… and File ▸ Import chat from JSON…: a chat with everything it holds
+(every branch and version, each token's kind, the figures, the attachments, the system prompt,
+the settings each answer was written with) to a file and back (app/chat_json.py,
+docs/chat-json.md).
 
 An import is checked whole before anything is written, then written in one transaction: a bad
 or foreign file, or a disk that says no, gives a dialog and changes nothing; the chat shown

@@ -16,7 +16,9 @@ What is stored (schema version 2; `migrate` brings any earlier file there, in on
 - messages_fts / chats_fts: an FTS5 index of message text and chat titles, kept by this module
   in the same transaction as each write (no triggers: a Python without FTS5 can still open the
   file and searches it with LIKE);
-- prefs: small key/value settings that belong with the chats (the theme).
+- prefs: small key/value settings that belong with the chats: the theme, the side panel's
+  settings and the models loaded last (app/user_memory.py), the saved system prompts
+  (app/saved_prompts.py).
 
 Every write is its own transaction; a failing write (disk full, a read-only folder) raises
 SaveError and changes nothing, so the caller (app/saver.py) can keep the chat in memory and try

@@ -10,6 +10,8 @@ The window lays its parts out and wires them together; what each part does lives
 - app/context_watch.py      the context meter, counted in its own thread;
 - app/generation_control.py Send, Stop, Regenerate and the worker's signals while it writes;
 - app/preferences.py        the theme and the token colours;
+- app/user_memory.py, app/saved_prompts.py, app/chat_transfer.py  what is kept between runs:
+                            settings, the models loaded last, saved system prompts, chat files;
 - app/race_view.py, app/local_server.py  the Race tab and View ▸ Local server.
 
 They are made in the order they depend on each other (store, models, chats, context,
@@ -225,7 +227,7 @@ class MainWindow(QMainWindow):
         self._act(m, "&Attach files…", chats.attach_dialog, "Ctrl+O")
         self._act(m, "&Export chat as Markdown…", lambda: chats.export_dialog(), "Ctrl+E")
         self._act(m, "Export chat as &JSON…", lambda: self.transfer.export_dialog(), "Ctrl+Shift+E")
-        self._act(m, "&Import chat…", self.transfer.import_dialog, "Ctrl+Shift+O")
+        self._act(m, "&Import chat from JSON…", self.transfer.import_dialog, "Ctrl+Shift+O")
         self._act(m, "Re&name chat…", lambda: chats.start_rename(), "F2")
         m.addAction(chats.pin_action)
         self._act(m, "&Delete chat", lambda: chats.delete_chat())

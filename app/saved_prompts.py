@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QActionGroup
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -115,9 +116,10 @@ def prompts_button() -> QToolButton:
     """The button the chat page puts beside the system prompt box; SavedPrompts gives it its menu."""
     b = QToolButton()
     b.setObjectName("PromptsButton")
-    b.setText("Prompts")
+    b.setText("Prompts ▾")
     b.setToolTip("Saved system prompts: choose one, save the one in the box, rename or delete them")
     b.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+    b.setStyleSheet("QToolButton::menu-indicator { image: none; width: 0px; }")  # the ▾ says it, unclipped
     return b
 
 
@@ -141,9 +143,11 @@ class SavedPrompts(QObject):
         shown = self.library.name_for(self.box.toPlainText())
         if not self.library.prompts:
             m.addAction("No saved prompts yet").setEnabled(False)
+        group = QActionGroup(m)  # one prompt in the box at a time: shown as a choice of one
         for name in self.library.names():
             a = m.addAction(name, lambda name=name: self.use(name))
             a.setCheckable(True)
+            group.addAction(a)
             a.setChecked(name == shown)
             text = self.library.get(name).text
             a.setToolTip(text if len(text) <= 400 else text[:400] + "…")
@@ -228,6 +232,9 @@ class PromptsDialog(QDialog):
         self.setWindowTitle("Saved system prompts")
         self.resize(520, 380)
         lay = QVBoxLayout(self)
+        hint = QLabel("Double-click a name (or press F2) to rename it.")
+        hint.setObjectName("Muted")
+        lay.addWidget(hint)
         self.list = QListWidget()
         self.list.setEditTriggers(QListWidget.EditTrigger.DoubleClicked | QListWidget.EditTrigger.EditKeyPressed)
         self.list.currentItemChanged.connect(lambda *_a: self._show_selected())

@@ -210,9 +210,10 @@ class UserMemory(QObject):
     def _notify(self, request: LoadRequest, why: str) -> None:
         self.status_label.setText("The models used last are not there: loading the default pair")
         box = QMessageBox(QMessageBox.Icon.Warning, "The models used last could not be loaded",
-                          f"{describe(request)} could not be loaded: {why}", QMessageBox.StandardButton.Ok, self.window)
-        box.setInformativeText("The default pair loads instead. They load again at the next start once they are "
-                               "there; File ▸ Load models… chooses others.")
+                          f"The models used last could not be loaded: {why}", QMessageBox.StandardButton.Ok,
+                          self.window)
+        box.setInformativeText(f"The default pair loads instead. The models used last ({describe(request)}) load "
+                               "again at the next start once they are there; File ▸ Load models… chooses others.")
         box.setWindowModality(Qt.WindowModality.WindowModal)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()

@@ -162,8 +162,7 @@ def test_a_remembered_model_that_is_gone_gives_a_notice_and_the_default_pair(qtb
     win = open_window(data, request=LoadRequest(), restore={})
     assert win.models.load_request == LoadRequest()  # the default pair, not the missing file
     qtbot.waitUntil(lambda: win.memory.notice is not None and win.memory.notice.isVisible(), timeout=5000)
-    text = win.memory.notice.text()
-    assert str(gone) in text and "model path not found" in text
+    assert f"model path not found: {gone}" in win.memory.notice.text()
     assert "default pair loads instead" in win.memory.notice.informativeText()
     # the choice stays: back once the file is there again
     assert json.loads(win.store.history.pref(user_memory.MODELS_PREF))["target"] == str(gone)
@@ -182,7 +181,7 @@ def test_a_remembered_server_that_does_not_answer_gives_the_default_pair(qtbot, 
     win.memory.fallback = LoadRequest(factory=tiny_factory())  # the default pair, tiny in a test
     load(qtbot, win)  # the server fails, the stand-in loads
     assert win.models.load_request is win.memory.fallback and win.last_error_dialog is None
-    assert url in win.memory.notice.text() and win.memory.notice.isVisible()
+    assert url in win.memory.notice.informativeText() and win.memory.notice.isVisible()
     assert json.loads(win.store.history.pref(user_memory.MODELS_PREF))["target"] == url
 
 
@@ -293,7 +292,7 @@ def test_a_chat_exports_as_json_and_imports_back_identical(qtbot, open_window, t
     assert json.loads(path.read_text(encoding="utf-8"))["format"] == "specdec-chat"
 
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(path), ""))
-    next(a for a in file_menu.actions() if a.text() == "&Import chat…").trigger()
+    next(a for a in file_menu.actions() if a.text() == "&Import chat from JSON…").trigger()
     imported_id = win.chats.chat_id
     assert imported_id != original_id and win.chat_list.chats.count() == 2
     assert file_shape(stored_chat(win, imported_id)) == file_shape(original)
