@@ -66,11 +66,17 @@ def restart(win, open_window, data, **kw):
 
 
 # -- settings ---------------------------------------------------------------------------------
+def default_settings_shown(panel):
+    from app.worker import default_settings
+
+    return default_settings().replace(max_new_tokens=panel.max_new.value())
+
+
 def test_decoding_and_sampling_settings_are_kept_across_a_restart(qtbot, open_window, tmp_path):
     data = tmp_path / "data"
     win = open_window(data)
     p = win.side_panel
-    assert p.settings() == user_memory_defaults(p)  # a first start: the defaults
+    assert p.settings() == default_settings_shown(p)  # a first start: the defaults
     win.show()
     p.proposer.setFocus()
     QTest.keyClick(p.proposer, Qt.Key.Key_Down)  # the user's choice: "Draft model"
@@ -93,12 +99,6 @@ def test_decoding_and_sampling_settings_are_kept_across_a_restart(qtbot, open_wi
     # speculative again: the fixed k comes back usable
     q.mode_button.click()
     assert q.k_spin.isEnabled() and q.settings().draft_tokens == 7
-
-
-def user_memory_defaults(panel):
-    from app.worker import default_settings
-
-    return default_settings().replace(max_new_tokens=panel.max_new.value())
 
 
 def test_a_proposer_stepped_off_for_want_of_a_draft_stays_remembered(qtbot, open_window, tmp_path):
@@ -297,8 +297,7 @@ def test_a_chat_exports_as_json_and_imports_back_identical(qtbot, open_window, t
     assert imported_id != original_id and win.chat_list.chats.count() == 2
     assert file_shape(stored_chat(win, imported_id)) == file_shape(original)
     # the window shows it on the branch it showed, with its versions and the system prompt
-    assert [m.content for m in win.chats.messages] == [m.content for m in
-                                                        Conversation_path(original)]
+    assert [m.content for m in win.chats.messages] == [m.content for m in shown_path(original)]
     assert win.page.system_prompt.toPlainText() == "You are terse."
     bubble = win.page.chat_view.messages[1]
     assert [t.kind for t in bubble.tokens] == [t.kind for t in original.leaf.tokens]
@@ -308,7 +307,7 @@ def test_a_chat_exports_as_json_and_imports_back_identical(qtbot, open_window, t
     assert file_shape(stored_chat(again, imported_id)) == file_shape(original)
 
 
-def Conversation_path(chat: ChatFile):
+def shown_path(chat: ChatFile):
     from app.conversation import Conversation
 
     return Conversation(chat.messages, chat.leaf).path()
