@@ -1,5 +1,6 @@
 """What the app remembers of its user between runs: the models (or the server) loaded last, loaded
-again at start, and the side panel's decoding and sampling settings.
+again at start, and the side panel's decoding and sampling settings the user set (the ones never
+touched follow the app's defaults, whatever a later release makes them).
 
 Both live where the theme does, in the chats' own prefs table (app/history.py, under the data
 folder: the user's, or --data-dir's, or a test's temporary one), written through the Saver like
@@ -157,7 +158,9 @@ class UserMemory(QObject):
         for s in sorted(SETTINGS, key=lambda s: s.name == "mode"):  # the mode last: it greys out what it does not use
             if s.name in saved:
                 s.write(panel, saved[s.name])
-        self.values = {s.name: s.read(panel) for s in SETTINGS}
+        # only what the user set is kept: a setting never touched follows the app's default, also
+        # when a later release changes it
+        self.values = dict(saved)
         for s in SETTINGS:
             s.changed(panel).connect(lambda *_a, s=s: self._changed(s))
 

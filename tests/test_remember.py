@@ -111,6 +111,8 @@ def test_a_proposer_stepped_off_for_want_of_a_draft_stays_remembered(qtbot, open
     assert p.proposer.currentData() == "prompt-lookup"  # no draft loaded: stepped off
     p.seed.setValue(5)  # another setting changes later: the proposer is not taken from the menu
     win.memory.flush()
+    # what the user set, and nothing else: the rest follows the app's defaults
+    assert json.loads(win.store.history.pref(user_memory.SETTINGS_PREF)) == {"proposer": "draft", "seed": 5}
     again = restart(win, open_window, data)
     assert again.side_panel.proposer.currentData() == "draft" and again.side_panel.seed.value() == 5
 
