@@ -80,6 +80,7 @@ class ChatList(QWidget):
     pin_requested = Signal(int, bool)
     delete_requested = Signal(int)
     export_requested = Signal(int)
+    export_json_requested = Signal(int)
     search_changed = Signal(str)  # the window answers with show_results()
 
     def __init__(self, parent=None):
@@ -190,6 +191,7 @@ class ChatList(QWidget):
         menu.addAction("Rename…\tF2", lambda: self.start_rename(chat_id))
         menu.addAction("Unpin" if pinned else "Pin to the top", lambda: self.pin_requested.emit(chat_id, not pinned))
         menu.addAction("Export as Markdown…", lambda: self.export_requested.emit(chat_id))
+        menu.addAction("Export as JSON…", lambda: self.export_json_requested.emit(chat_id))
         menu.addSeparator()
         menu.addAction("Delete chat", lambda: self.delete_requested.emit(chat_id))
         menu.popup(self.chats.viewport().mapToGlobal(pos))

@@ -14,6 +14,7 @@ from .attachments import limits_text
 from .chat_view import ChatView, Legend
 from .composer import AttachmentBar, Composer, EditBanner, SystemPromptBox
 from .context_meter import ContextMeter
+from .saved_prompts import prompts_button
 from .theme import Theme
 
 # the input rows line up with the bubbles' side margins
@@ -46,6 +47,8 @@ class ChatPage(QWidget):
         row = QHBoxLayout()
         row.setContentsMargins(SIDE_MARGIN, 8, SIDE_MARGIN, 0)
         row.addWidget(self.system_prompt)
+        self.prompts_button = prompts_button()  # saved system prompts (app/saved_prompts.py)
+        row.addWidget(self.prompts_button)
         return row
 
     def _composer_row(self) -> QHBoxLayout:

@@ -16,7 +16,9 @@ What is stored (schema version 2; `migrate` brings any earlier file there, in on
 - messages_fts / chats_fts: an FTS5 index of message text and chat titles, kept by this module
   in the same transaction as each write (no triggers: a Python without FTS5 can still open the
   file and searches it with LIKE);
-- prefs: small key/value settings that belong with the chats (the theme).
+- prefs: small key/value settings that belong with the chats: the theme, the side panel's
+  settings and the models loaded last (app/user_memory.py), the saved system prompts
+  (app/saved_prompts.py).
 
 Every write is its own transaction; a failing write (disk full, a read-only folder) raises
 SaveError and changes nothing, so the caller (app/saver.py) can keep the chat in memory and try
@@ -305,6 +307,35 @@ class History:
                     ("DELETE FROM chats_fts WHERE rowid = ?", (chat_id,))]
         ops += [("DELETE FROM messages WHERE chat_id = ?", (chat_id,)), ("DELETE FROM chats WHERE id = ?", (chat_id,))]
         self._write(ops)
+
+    def insert_chat(self, title: str, system_prompt: str, messages: list[Message], leaf: Message | None,
+                    pinned: bool = False) -> int:
+        """A whole chat in one transaction (an imported file: all of it or nothing); `messages`
+        parents first. Sets each message's id; returns the chat's."""
+        now = time.time()
+        try:
+            with self._transaction() as db:
+                chat_id = int(db.execute(
+                    "INSERT INTO chats(title, system_prompt, created, updated, pinned) VALUES (?, ?, ?, ?, ?)",
+                    (title, system_prompt, now, now, int(pinned))).lastrowid)
+                if self.fts:
+                    db.execute("INSERT INTO chats_fts(rowid, title) VALUES (?, ?)", (chat_id, title))
+                for m in messages:
+                    content, tokens, stats, attachments, state = self._columns(m)
+                    parent_id = m.parent.id if m.parent is not None else None
+                    m.id = int(db.execute(
+                        "INSERT INTO messages(chat_id, role, content, tokens, stats, created, parent_id, attachments, "
+                        "state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (chat_id, m.role, content, tokens, stats, now, parent_id, attachments, state)).lastrowid)
+                    if self.fts:
+                        db.execute("INSERT INTO messages_fts(rowid, content) VALUES (?, ?)", (m.id, m.content))
+                leaf_id = leaf.id if leaf is not None else None
+                db.execute("UPDATE chats SET leaf_id = ? WHERE id = ?", (leaf_id, chat_id))
+        except BaseException:
+            for m in messages:  # rolled back: none of them is saved
+                m.id = None
+            raise
+        return chat_id
 
     # -- messages -------------------------------------------------------------------------
     @staticmethod

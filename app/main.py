@@ -1,6 +1,6 @@
 """`specdec-chat`: the desktop chat window.
 
-    specdec-chat                                  # the embedded default pair
+    specdec-chat                                  # the models loaded last (at first: the embedded default pair)
     specdec-chat --target SPEC --draft SPEC       # any compatible pair (folder, .gguf, hub id)
     specdec-chat --draft none                     # target only (standard / prompt lookup)
     specdec-chat --target http://HOST:PORT        # a server (llama-server, vLLM) decodes with its own draft
@@ -18,14 +18,16 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specdec-chat", description="Chat with exact speculative decoding, live.")
-    p.add_argument("--target", default="default", metavar="SPEC",
-                   help="target model SPEC, or a server http://HOST:PORT (default: embedded pair)")
+    p.add_argument("--target", default=None, metavar="SPEC",
+                   help="target model SPEC, or a server http://HOST:PORT (default: the models loaded last, at first "
+                        "the embedded pair)")
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help="a server target's API key (default: $SPECDEC_API_KEY)")
-    p.add_argument("--draft", default="default", metavar="SPEC",
-                   help="draft model SPEC, or 'none' for no draft (default: embedded pair)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps (default: auto)")
-    p.add_argument("--dtype", default="auto", help="auto | float32 | float16 | bfloat16 (default: auto)")
+    p.add_argument("--draft", default=None, metavar="SPEC",
+                   help="draft model SPEC, or 'none' for no draft (default: the models loaded last, at first the "
+                        "embedded pair)")
+    p.add_argument("--device", default=None, help="auto | cpu | cuda | cuda:N | mps (default: auto)")
+    p.add_argument("--dtype", default=None, help="auto | float32 | float16 | bfloat16 (default: auto)")
     p.add_argument("--quantization", default=None,
                    help="none | nf4 | int8: a safetensors target through bitsandbytes (default: nf4 on CUDA, "
                         "none on CPU, where nf4/int8 run too, slowly)")
@@ -40,9 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
 def load_request_from_args(args):
     from .worker import LoadRequest
 
-    draft = None if str(args.draft).lower() in ("none", "") else args.draft
+    draft = "default" if args.draft is None else None if args.draft.lower() in ("none", "") else args.draft
     quant = args.quantization  # None = the default for the device; "none" = really unquantized
-    return LoadRequest(args.target, draft, args.device, args.dtype, quant, api_key=args.api_key)
+    return LoadRequest(args.target or "default", draft, args.device or "auto", args.dtype or "auto", quant,
+                       api_key=args.api_key)
+
+
+def remembered_overrides(args) -> dict | None:
+    """Without --target and --draft the window loads the models used last (app/user_memory.py),
+    with the options the command line did give over them; None: it loads what the line names."""
+    if args.target is not None or args.draft is not None:
+        return None
+    given = {"device": args.device, "dtype": args.dtype, "quantization": args.quantization, "api_key": args.api_key}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     app.setWindowIcon(app_icon())
     theme = apply_theme(app, args.theme or "auto")
     # the window keeps the theme from here: the command line's, else the one View chose last
-    win = MainWindow(args.data_dir, theme, load_request_from_args(args), theme_mode=args.theme or "saved")
+    win = MainWindow(args.data_dir, theme, load_request_from_args(args), theme_mode=args.theme or "saved",
+                     restore_models=remembered_overrides(args))
     win.show()
     win.models.start_loading()
     rc = app.exec()

@@ -11,6 +11,8 @@ The window lays its parts out and wires them together; what each part does lives
 - app/generation_control.py Send, Stop, Regenerate, Continue and the worker's signals while it writes;
 - app/message_actions.py    one message's menu: Continue, Regenerate, Edit an answer, Delete;
 - app/preferences.py        the theme and the token colours;
+- app/user_memory.py, app/saved_prompts.py, app/chat_transfer.py  what is kept between runs:
+                            settings, the models loaded last, saved system prompts, chat files;
 - app/race_view.py, app/local_server.py  the Race tab and View ▸ Local server.
 
 They are made in the order they depend on each other (store, models, chats, context,
@@ -58,7 +60,8 @@ class MainWindow(QMainWindow):
     load_error = Signal(str)
 
     def __init__(self, data_dir: Path | str | None = None, theme: Theme | None = None,
-                 load_request: LoadRequest | None = None, theme_mode: str | None = None):
+                 load_request: LoadRequest | None = None, theme_mode: str | None = None,
+                 restore_models: dict | None = None):
         super().__init__()
         pyside_guard.install()  # before the first render: PySide6 6.12.0 on Python 3.11 (see there)
         self.theme = theme or Theme(False)
@@ -79,6 +82,7 @@ class MainWindow(QMainWindow):
         self.race_view = add_race_tab(self)
         self.prefs = Preferences(self.theme, self.store, self.page, self.side_panel, self.race_view, self)
         self.save_alerts = SaveAlerts(self.store, self.unsaved_label, self.status_label, self)
+        self._remember(restore_models)
         self._build_menus()
         self._wire_widgets()
         from .local_server import add_local_server  # View ▸ Local server: these models served to other tools
@@ -158,6 +162,20 @@ class MainWindow(QMainWindow):
         self.chats.leaving.connect(self.generation.stop)  # what streamed is kept in the chat it belongs to
         self.generation.done.connect(self.message_done)
 
+    def _remember(self, restore_models: dict | None) -> None:
+        """What is kept between runs: the settings, the models loaded last (when `restore_models`
+        is given: the command line's device, dtype, ... over them), saved system prompts, chat files."""
+        from .chat_transfer import ChatTransfer
+        from .saved_prompts import SavedPrompts
+        from .user_memory import UserMemory
+
+        self.memory = UserMemory(self.store, self.models, self.side_panel, self.status_label, self)
+        if restore_models is not None:
+            self.memory.restore_models(restore_models)
+        self.prompts = SavedPrompts(self.store, self.page.prompts_button, self.page.system_prompt, self.status_label,
+                                    self)
+        self.transfer = ChatTransfer(self.store, self.chats, self.status_label, self.show_error, self)
+
     def _wire_worker(self) -> None:
         w, models, gen = self.worker, self.models, self.generation
         w.progress.connect(models.on_progress)
@@ -174,7 +192,8 @@ class MainWindow(QMainWindow):
         for signal, slot in ((lst.new_requested, chats.new_chat), (lst.open_requested, chats.open_chat),
                              (lst.hit_chosen, chats.open_hit), (lst.rename_requested, chats.rename_chat),
                              (lst.pin_requested, chats.pin_chat), (lst.delete_requested, chats.delete_chat),
-                             (lst.export_requested, chats.export_dialog), (lst.search_changed, chats.search)):
+                             (lst.export_requested, chats.export_dialog), (lst.search_changed, chats.search),
+                             (lst.export_json_requested, self.transfer.export_dialog)):
             signal.connect(slot)
         p = self.page
         p.system_prompt.files_dropped.connect(chats.attach_files)
@@ -212,6 +231,8 @@ class MainWindow(QMainWindow):
         self._act(m, "&New chat", chats.new_chat, "Ctrl+N")
         self._act(m, "&Attach files…", chats.attach_dialog, "Ctrl+O")
         self._act(m, "&Export chat as Markdown…", lambda: chats.export_dialog(), "Ctrl+E")
+        self._act(m, "Export chat as &JSON…", lambda: self.transfer.export_dialog(), "Ctrl+Shift+E")
+        self._act(m, "&Import chat from JSON…", self.transfer.import_dialog, "Ctrl+Shift+O")
         self._act(m, "Re&name chat…", lambda: chats.start_rename(), "F2")
         m.addAction(chats.pin_action)
         self._act(m, "&Delete chat", lambda: chats.delete_chat())
@@ -297,6 +318,7 @@ class MainWindow(QMainWindow):
         self.generation.stop()  # what streamed so far is kept, as a stopped answer
         self.models.ready = False  # nothing more is counted or sent
         self.context.stop()
+        self.memory.flush()
         self.store.saver.flush()
         self.race_view.shutdown()
         self.local_server.shutdown()

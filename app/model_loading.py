@@ -34,6 +34,8 @@ class ModelLoading(QObject):
         self.ready = False
         self.model_info: dict = {}
         self.dialog = None  # the last Models dialog (app/models_dialog.py), closed with the window
+        # asked first when a load fails: True when it loads something else instead (app/user_memory.py)
+        self.instead: Callable[[str], bool] | None = None
 
     def start_loading(self, request: LoadRequest | None = None) -> None:
         if request is not None:
@@ -81,6 +83,8 @@ class ModelLoading(QObject):
         self.loaded.emit()
 
     def on_load_failed(self, message: str) -> None:
+        if self.instead is not None and self.instead(message):
+            return
         self.progress_bar.hide()
         self.status_label.setText("Models not loaded")
         self.side_panel.set_models_text("<b>No models loaded.</b> File ▸ Load models… to try again.")
