@@ -267,6 +267,7 @@ class GenerationControl(QObject):
             def clicked(button, drop=drop):
                 if button is box.drop_button and self.active is None:
                     self.chats.dropped_messages = drop
+                    self.chats.mark_left_out(None)  # marked now, not when the next count comes back
                     if continuing is not None:
                         self.continue_answer(continuing)
                     else:

@@ -69,7 +69,7 @@ def restart(win, open_window, data, **kw):
 def default_settings_shown(panel):
     from app.worker import default_settings
 
-    return default_settings().replace(max_new_tokens=panel.max_new.value())
+    return default_settings().replace(max_new_tokens=panel.max_new.value() or None)  # 0 is "off"
 
 
 def test_decoding_and_sampling_settings_are_kept_across_a_restart(qtbot, open_window, tmp_path):
