@@ -28,8 +28,9 @@ from .context import check_fits, context_length
 from .detok import IncrementalDetokenizer
 from .events import EventStream, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
+from .logprobs import TokenTexts, token_logprobs
 from .proposers.base import DraftPlan, Proposal, Proposer
-from .sampling import greedy_picks, probabilities
+from .sampling import greedy_picks, probabilities, shaped_logits
 from .settings import DecodeSettings, SamplingParams, SettingsError
 from .textkind import TextKind
 
@@ -86,6 +87,7 @@ class Decoder:
         # how long the last answer was: in a conversation (a generation that reuses the cache)
         # the controller expects the next answer to run about as long (adaptive.py, rule 5)
         self.last_answer_tokens = 0
+        self.token_texts = TokenTexts(tokenizer)  # logprobs' token texts, looked up once each
 
     def generate(
         self,
@@ -108,6 +110,8 @@ class Decoder:
 
     def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False) -> Iterator[TokenEvent]:
         params = settings.sampling
+        if params.shapes_logits:  # presence and frequency penalties count the answer's tokens only
+            params = dataclasses.replace(params, answer_start=len(ids))
         rng = torch.Generator().manual_seed(settings.seed)
         policy = None
         target = self.target
@@ -151,7 +155,7 @@ class Decoder:
             pending = ids[target.length :]
             logits = target.forward(pending + draft, logits_to_keep=k + 1)  # [k+1, V]
             # 3. accept
-            verdict, margins = self._decide(draft, proposal.q_draft, logits, params, rng)
+            verdict, margins = self._decide(ids, draft, proposal.q_draft, logits, params, rng)
             t_done = time.perf_counter()
             new = draft[: verdict.n_accepted] + [verdict.next_token]
             # the verdict names the step's target token: corrected, bonus (all k >= 1 kept) or,
@@ -162,6 +166,9 @@ class Decoder:
                 if tok in self.eos:
                     new, kinds = new[: i + 1], kinds[: i + 1]
                     break
+            # row j of the pass decided new[j]: its log-probabilities need no other pass
+            logprobs = [None] * len(new) if settings.logprobs is None else \
+                token_logprobs(logits, new, settings.logprobs, self.token_texts)
             ids.extend(new)
             emitted += len(new)
             # 5. roll back both caches to the committed prefix (all but the newest token)
@@ -207,6 +214,7 @@ class Decoder:
                     None if margins is None else margins[i],
                     k,
                     proposal.source,
+                    logprobs[i],
                 )
             step += 1
             if stats.stop_reason:  # set above: the last step's stats are complete with its tokens
@@ -215,15 +223,17 @@ class Decoder:
         return stats
 
     @staticmethod
-    def _decide(draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):
-        """logits [k+1, V] -> (Verdict, margins [k+1] or None)."""
+    def _decide(ids, draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):
+        """logits [k+1, V] -> (Verdict, margins [k+1] or None). Row i follows the committed
+        `ids` and draft[:i]: what the penalties count there, as standard decoding would have
+        had it emitted those proposals."""
         k = len(draft)
         if params.greedy:
             # no softmax: argmax is all greedy needs (the first of equal maxima, as generate()
             # breaks exact ties); the top-2 margin says how close each call was.
-            argmax, margins = greedy_picks(logits)
+            argmax, margins = greedy_picks(shaped_logits(logits, params, ids, draft))
             return greedy_verify(draft, argmax), margins
-        p_target = probabilities(logits, params)  # [k+1, V]
+        p_target = probabilities(logits, params, ids, draft)  # [k+1, V]
         u_accept = torch.rand(k, generator=rng)
         u_next = float(torch.rand((), generator=rng))
         tokens = torch.tensor(draft, dtype=torch.long, device=p_target.device)
