@@ -109,9 +109,8 @@ class Decoder:
         return Generation(loop, detok, stats)
 
     def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False) -> Iterator[TokenEvent]:
-        params = settings.sampling
-        if params.shapes_logits:  # presence and frequency penalties count the answer's tokens only
-            params = dataclasses.replace(params, answer_start=len(ids))
+        # presence and frequency penalties count the answer's tokens only: those from here on
+        params = dataclasses.replace(settings.sampling, answer_start=len(ids))
         rng = torch.Generator().manual_seed(settings.seed)
         policy = None
         target = self.target
@@ -166,9 +165,7 @@ class Decoder:
                 if tok in self.eos:
                     new, kinds = new[: i + 1], kinds[: i + 1]
                     break
-            # row j of the pass decided new[j]: its log-probabilities need no other pass
-            logprobs = [None] * len(new) if settings.logprobs is None else \
-                token_logprobs(logits, new, settings.logprobs, self.token_texts)
+            logprobs = self._logprobs(logits, new, settings.logprobs)
             ids.extend(new)
             emitted += len(new)
             # 5. roll back both caches to the committed prefix (all but the newest token)
@@ -221,6 +218,13 @@ class Decoder:
                 break
         self.last_answer_tokens = emitted
         return stats
+
+    def _logprobs(self, logits: torch.Tensor, new: list[int], top: int | None) -> list:
+        """Each emitted token's Logprobs (None each when not asked for): row j of the pass
+        decided new[j], so they need no other pass."""
+        if top is None:
+            return [None] * len(new)
+        return token_logprobs(logits, new, top, self.token_texts)
 
     @staticmethod
     def _decide(ids, draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):

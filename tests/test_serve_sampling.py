@@ -147,6 +147,12 @@ def test_bad_values_are_400s_naming_the_field(server, engine):
         assert error_of(httpx.post(chat, json={"messages": USER, **body}))["param"] == param
     assert error_of(httpx.post(chat, json={"messages": USER, "frequency_penalty": "high"}), 422)["param"] == \
         "frequency_penalty"
+    completions, infill = server.url + "/v1/completions", server.url + "/infill"
+    assert error_of(httpx.post(completions, json={"prompt": [1, 5], "suffix": "x"}))["param"] == "suffix"
+    assert error_of(httpx.post(completions, json={"prompt": "x", "logprobs": 21}))["param"] == "logprobs"
+    assert error_of(httpx.post(infill, json={"input_prefix": "a", "n_predict": 0}))["param"] == "n_predict"
+    assert error_of(httpx.post(infill, json={"input_prefix": "a", "input_extra": ["x"]}), 422)["param"] == \
+        "input_extra[0]"
     assert httpx.get(server.url + "/health").json()["waiting"] == 0
 
 
@@ -222,3 +228,24 @@ def test_the_next_request_reuses_the_longest_common_prefix(client, engine):
     a = client.completions.create(model="target", prompt=code, suffix=" yes", max_tokens=3, temperature=0)
     b = client.completions.create(model="target", prompt=code, suffix=" yes no", max_tokens=3, temperature=0)
     assert b.usage.prompt_tokens_details.cached_tokens >= a.usage.prompt_tokens - 2
+
+
+# -- what a request becomes (no server) ---------------------------------------------------------
+def test_requests_become_the_engines_settings():
+    from specdec_core.serve.requests import chat_options, completion_options, infill_options
+
+    o = chat_options({"messages": USER, "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.2,
+                      "min_p": 0.1, "logit_bias": {"12": 3, "5": -100}, "logprobs": True, "top_logprobs": 4})
+    assert o.sampling == SamplingParams(temperature=1.0, min_p=0.1, presence_penalty=0.5, frequency_penalty=-1.0,
+                                        repetition_penalty=1.2, logit_bias=((5, -100.0), (12, 3.0)))
+    assert o.logprobs == 4 and o.settings(16, True).logprobs == 4
+    assert chat_options({"messages": USER, "logprobs": True}).logprobs == 0  # the token's own, no alternatives
+    assert chat_options({"messages": USER, "logprobs": False, "top_logprobs": None}).logprobs is None
+    c = completion_options({"prompt": "the cat", "suffix": " mat", "logprobs": 2})
+    assert c.infill == Infill("the cat", " mat") and c.logprobs == 2 and c.prompt_param == "prompt"
+    i = infill_options({"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": "x.py", "text": "y"}],
+                        "n_predict": 7, "top_k": 40})
+    assert i.infill == Infill("a", "b", (("x.py", "y"),), "", repo_level=True) and i.max_tokens == 7
+    assert i.prompt_param == "input_prefix" and i.sampling.top_k == 40
+    assert infill_options({"input_prefix": "a", "n_predict": -1}).max_tokens is None  # up to the context
+    assert infill_options({"input_prefix": "a", "n_predict": 5, "max_tokens": 3}).max_tokens == 3
