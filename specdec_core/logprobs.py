@@ -66,7 +66,7 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], top: int, texts: Tok
     """logits [>= len(tokens), V] (row j decided tokens[j]) -> each token's Logprobs with its
     `top` most likely alternatives."""
     rows = torch.log_softmax(logits[: len(tokens)].float(), dim=-1)
-    chosen = rows[torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
+    chosen = rows[torch.arange(len(tokens), device=rows.device), torch.tensor(tokens, device=rows.device)].tolist()
     if top > 0:
         values, ids = torch.topk(rows, top, dim=-1)
         values, ids = values.tolist(), ids.tolist()

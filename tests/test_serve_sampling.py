@@ -231,6 +231,14 @@ def test_the_next_request_reuses_the_longest_common_prefix(client, engine):
 
 
 # -- what a request becomes (no server) ---------------------------------------------------------
+def refused(read, body):
+    from specdec_core.serve.errors import APIError
+
+    with pytest.raises(APIError) as err:
+        read(body)
+    return err.value
+
+
 def test_requests_become_the_engines_settings():
     from specdec_core.serve.requests import chat_options, completion_options, infill_options
 
@@ -248,4 +256,9 @@ def test_requests_become_the_engines_settings():
     assert i.infill == Infill("a", "b", (("x.py", "y"),), "", repo_level=True) and i.max_tokens == 7
     assert i.prompt_param == "input_prefix" and i.sampling.top_k == 40
     assert infill_options({"input_prefix": "a", "n_predict": -1}).max_tokens is None  # up to the context
+    # llama.vim's request: its sampler chain is not read, its neutral llama.cpp values pass
+    infill_options({"input_prefix": "a", "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True,
+                    "repeat_penalty": 1.0, "n_probs": 0, "t_max_predict_ms": 500})
+    err = refused(infill_options, {"input_prefix": "a", "repeat_penalty": 1.1})
+    assert (err.status, err.param, err.code) == (400, "repeat_penalty", "unsupported_parameter")
     assert infill_options({"input_prefix": "a", "n_predict": 5, "max_tokens": 3}).max_tokens == 3

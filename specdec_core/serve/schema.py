@@ -399,6 +399,10 @@ class InfillExtra(_Object):
     text: str = ""
 
 
+LLAMA_ONLY = ("{param}: not supported by this server: its sampling is temperature, top_k, top_p, min_p, "
+              "logit_bias and the OpenAI/vLLM penalties (repetition_penalty, presence_penalty, frequency_penalty)")
+
+
 def _predict(n: int) -> int:
     if n < 1 and n != -1:
         raise bad_value("{param} must be >= 1, or -1 (up to the context), got {n}", n=n)
@@ -412,6 +416,16 @@ class InfillRequest(BaseRequest):
 
     input_prefix: str = ""
     input_suffix: str = ""
+    # llama.cpp's own samplers: refused where they would change the distribution (samplers, the
+    # chain's order, and cache_prompt are not read: the warp is this engine's, the cache always on)
+    repeat_penalty: Annotated[Any, refused_unless(None, 1, 1.0, same_type=False, why=LLAMA_ONLY)] = None
+    n_probs: Annotated[Any, refused_unless(None, 0, same_type=False, why=LLAMA_ONLY)] = None
+    mirostat: Annotated[Any, refused_unless(None, 0, same_type=False, why=LLAMA_ONLY)] = None
+    typical_p: Annotated[Any, refused_unless(None, 1, 1.0, same_type=False, why=LLAMA_ONLY)] = None
+    dry_multiplier: Annotated[Any, refused_unless(None, 0, 0.0, same_type=False, why=LLAMA_ONLY)] = None
+    xtc_probability: Annotated[Any, refused_unless(None, 0, 0.0, same_type=False, why=LLAMA_ONLY)] = None
+    dynatemp_range: Annotated[Any, refused_unless(None, 0, 0.0, same_type=False, why=LLAMA_ONLY)] = None
+    top_n_sigma: Annotated[Any, refused_unless(None, -1, -1.0, same_type=False, why=LLAMA_ONLY)] = None
     input_extra: list[InfillExtra] = []
     prompt: str = ""
     n_predict: Annotated[int, AfterValidator(_predict)] | None = None  # -1: up to the context, as llama-server
