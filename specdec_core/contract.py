@@ -21,6 +21,7 @@ from typing import Protocol, Union, runtime_checkable
 
 from .context import Fit, Messages
 from .events import Stats, TokenEvent
+from .fim import Infill
 from .models.types import ModelInfo
 from .settings import DecodeSettings
 
@@ -143,6 +144,12 @@ class EngineLike(Protocol):
         """Raw text through the target's tokenizer alone, no chat template (its own special
         tokens, such as a BOS, as the tokenizer adds them): an OpenAI completions prompt.
         EngineError where a server does not tokenize for its clients."""
+        ...
+
+    def encode_infill(self, infill: Infill) -> Prompt:
+        """Code before and after a gap (fim.Infill) -> the prompt whose answer fills the gap,
+        with the target's fill-in-the-middle tokens. EngineError where the target has none, or
+        where a server does not tokenize for its clients."""
         ...
 
     def count_tokens(self, messages: Messages) -> int | None:

@@ -28,8 +28,9 @@ from .context import answer_budget, check_fits, context_length
 from .detok import IncrementalDetokenizer
 from .events import EventStream, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
+from .logprobs import TokenTexts, token_logprobs
 from .proposers.base import DraftPlan, Proposal, Proposer
-from .sampling import greedy_picks, probabilities
+from .sampling import greedy_picks, probabilities, shaped_logits
 from .settings import DecodeSettings, SamplingParams, SettingsError
 from .textkind import TextKind
 
@@ -89,6 +90,7 @@ class Decoder:
         # how long the last answer was: in a conversation (a generation that reuses the cache)
         # the controller expects the next answer to run about as long (adaptive.py, rule 5)
         self.last_answer_tokens = 0
+        self.token_texts = TokenTexts(tokenizer)  # logprobs' token texts, looked up once each
 
     def generate(
         self,
@@ -119,7 +121,8 @@ class Decoder:
 
     def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False,
               budget: int = 0) -> Iterator[TokenEvent]:
-        params = settings.sampling
+        # presence and frequency penalties count the answer's tokens only: those from here on
+        params = dataclasses.replace(settings.sampling, answer_start=len(ids))
         rng = torch.Generator().manual_seed(settings.seed)
         policy = None
         target = self.target
@@ -163,7 +166,7 @@ class Decoder:
             pending = ids[target.length :]
             logits = target.forward(pending + draft, logits_to_keep=k + 1)  # [k+1, V]
             # 3. accept
-            verdict, margins, sureness = self._decide(draft, proposal.q_draft, logits, params, rng)
+            verdict, margins, sureness = self._decide(ids, draft, proposal.q_draft, logits, params, rng)
             t_done = time.perf_counter()
             new = draft[: verdict.n_accepted] + [verdict.next_token]
             # the verdict names the step's target token: corrected, bonus (all k >= 1 kept) or,
@@ -174,6 +177,7 @@ class Decoder:
                 if tok in self.eos:
                     new, kinds = new[: i + 1], kinds[: i + 1]
                     break
+            logprobs = self._logprobs(logits, new, settings.logprobs)
             ids.extend(new)
             emitted += len(new)
             # 5. roll back both caches to the committed prefix (all but the newest token)
@@ -219,6 +223,7 @@ class Decoder:
                     None if margins is None else margins[i],
                     k,
                     proposal.source,
+                    logprobs[i],
                 )
             step += 1
             if stats.stop_reason:  # set above: the last step's stats are complete with its tokens
@@ -226,9 +231,18 @@ class Decoder:
         self.last_answer_tokens = emitted
         return stats
 
+    def _logprobs(self, logits: torch.Tensor, new: list[int], top: int | None) -> list:
+        """Each emitted token's Logprobs (None each when not asked for): row j of the pass
+        decided new[j], so they need no other pass."""
+        if top is None:
+            return [None] * len(new)
+        return token_logprobs(logits, new, top, self.token_texts)
+
     @staticmethod
-    def _decide(draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):
-        """logits [k+1, V] -> (Verdict, margins [k+1] or None, sureness [k+1]).
+    def _decide(ids, draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):
+        """logits [k+1, V] -> (Verdict, margins [k+1] or None, sureness [k+1]). Row i follows
+        the committed `ids` and draft[:i]: what the penalties count there, as standard decoding
+        would have had it emitted those proposals.
 
         margins: greedy only, the top-1 minus top-2 logit at each row (how close each call was,
         for the near-tie check). sureness: the same margins, sampling too -- what the controller
@@ -236,17 +250,18 @@ class Decoder:
         is as predictable as its target rows are peaked, so it needs them as much as greedy does.
         """
         k = len(draft)
-        # no softmax for greedy: argmax is all it needs (the first of equal maxima, as
-        # generate() breaks exact ties); the top-2 margin says how close each call was
-        argmax, margins = greedy_picks(logits)
         if params.greedy:
+            # no softmax: argmax is all greedy needs (the first of equal maxima, as generate()
+            # breaks exact ties); the top-2 margin says how close each call was.
+            argmax, margins = greedy_picks(shaped_logits(logits, params, ids, draft))
             return greedy_verify(draft, argmax), margins, margins
-        p_target = probabilities(logits, params)  # [k+1, V]
+        sureness = greedy_picks(logits)[1]
+        p_target = probabilities(logits, params, ids, draft)  # [k+1, V]
         u_accept = torch.rand(k, generator=rng)
         u_next = float(torch.rand((), generator=rng))
         tokens = torch.tensor(draft, dtype=torch.long, device=p_target.device)
         q = None if q_draft is None else q_draft.to(p_target.device)
-        return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None, margins
+        return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None, sureness
 
 
 _NOTHING = Proposal([])  # what a plain step proposes

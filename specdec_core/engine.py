@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .context import Fit, Messages, fit_chat
 from .contract import EngineError, ServerInfo
 from .decoder import Decoder, Generation
+from .fim import FimError, Infill, encode_infill
 from .models.types import LoadedModel, ModelInfo
 from .proposers import DraftModelProposer, LookupDraftProposer, PromptLookupProposer, Proposer
 from .settings import DecodeSettings, proposer_kind
@@ -133,6 +134,12 @@ class Engine:
     def encode_text(self, text: str) -> list[int]:
         """Raw text, no chat template (the tokenizer's own special tokens as it adds them)."""
         return list(self.tokenizer(text)["input_ids"])
+
+    def encode_infill(self, infill: Infill) -> list[int]:
+        try:
+            return encode_infill(self.tokenizer, infill)
+        except FimError as exc:
+            raise EngineError(str(exc)) from None
 
     def count_tokens(self, messages: Messages) -> int:
         return len(self.encode_chat(messages))

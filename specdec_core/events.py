@@ -34,6 +34,27 @@ class TokenKind(str, Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One token's log-probability under the target: its id, its own text and UTF-8 bytes (a
+    token may hold part of a character: its text then has U+FFFD where the bytes are cut)."""
+
+    token_id: int
+    text: str
+    utf8: tuple[int, ...]
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    """An emitted token's log-probability and the `top` most likely tokens at its position
+    (most likely first), from the target's own distribution there: the log-softmax of its
+    logits, before any sampling setting (as vLLM and llama-server report them by default)."""
+
+    chosen: TokenLogprob
+    top: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEvent:
     """One emitted token.
 
@@ -49,6 +70,8 @@ class TokenEvent:
                        character is still incomplete; it then arrives with a later token).
     source          -- what proposed this token's step: "draft" (the draft model) or "lookup"
                        (copied from the conversation); "" for a step that proposed nothing.
+    logprobs        -- the target's log-probabilities at this position, when the settings ask
+                       for them (DecodeSettings.logprobs); None otherwise.
     """
 
     token_id: int
@@ -60,6 +83,7 @@ class TokenEvent:
     margin: float | None = None
     draft_length: int = 0
     source: str = ""
+    logprobs: Logprobs | None = None
 
 
 class EventSequence:

@@ -1,5 +1,6 @@
-"""The warped distribution: temperature, then top-k, then top-p -- exactly as transformers'
-`generate(do_sample=True)` builds it, by calling the very same warpers in the same order.
+"""The warped distribution: temperature, then top-k, then top-p, then min-p -- exactly as
+transformers' `generate(do_sample=True)` builds it, by calling the very same warpers in the same
+order -- after the logit bias and the penalties (penalties.py), which depend on the tokens so far.
 
 The same function serves the target (p_target) and the draft (q_draft), so both sides of the
 acceptance test speak about the same kind of distribution.
@@ -10,11 +11,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 from transformers.generation.logits_process import (
+    MinPLogitsWarper,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
 )
 
+from .penalties import shape_logits
 from .settings import SamplingParams  # defined with the other settings (no torch there)
 
 
@@ -46,29 +49,45 @@ def top_probability(logits: torch.Tensor) -> tuple[int, float]:
     return i, float(1.0 / np.exp(row - row[i]).sum())
 
 
-def warp_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def shaped_logits(logits: torch.Tensor, params: SamplingParams, ids: list[int] | None = None,
+                  proposals: list[int] = ()) -> torch.Tensor:
+    """logits [rows, V] with the bias and penalties applied (the logits themselves when there are
+    none): what greedy decoding takes the argmax of. Row i follows ids + proposals[:i]."""
+    if not params.shapes_logits:
+        return logits
+    if ids is None:
+        raise ValueError("penalties and logit_bias depend on the tokens so far: pass ids")
+    return shape_logits(logits.float(), params, ids, proposals)
+
+
+def warp_logits(logits: torch.Tensor, params: SamplingParams, ids: list[int] | None = None,
+                proposals: list[int] = ()) -> torch.Tensor:
     """logits [rows, V] -> warped float32 logits [rows, V] (-inf where filtered).
 
     Row-wise, so a verification pass's k+1 rows are warped as k+1 independent next-token
-    distributions, each exactly as generate() would warp it.
+    distributions, each exactly as generate() would warp it; row i follows ids + proposals[:i]
+    (only read when params.shapes_logits).
     """
-    scores = logits.float()
+    scores = shaped_logits(logits, params, ids, proposals).float()
     if params.greedy:
         raise ValueError("greedy decoding has no warped distribution; use argmax")
-    # input_ids are unused by these three warpers; generate passes them, we pass a stand-in.
-    ids = scores.new_zeros((scores.shape[0], 1), dtype=torch.long)
+    # input_ids are unused by these warpers; generate passes them, we pass a stand-in.
+    stand_in = scores.new_zeros((scores.shape[0], 1), dtype=torch.long)
     if params.temperature != 1.0:
-        scores = TemperatureLogitsWarper(params.temperature)(ids, scores)
+        scores = TemperatureLogitsWarper(params.temperature)(stand_in, scores)
     if params.top_k != 0:
-        scores = TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1)(ids, scores)
+        scores = TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1)(stand_in, scores)
     if params.top_p < 1.0:
-        scores = TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1)(ids, scores)
+        scores = TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1)(stand_in, scores)
+    if params.min_p > 0.0:
+        scores = MinPLogitsWarper(min_p=params.min_p, min_tokens_to_keep=1)(stand_in, scores)
     return scores
 
 
-def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def probabilities(logits: torch.Tensor, params: SamplingParams, ids: list[int] | None = None,
+                  proposals: list[int] = ()) -> torch.Tensor:
     """logits [rows, V] -> probabilities [rows, V] float32 of the warped distribution."""
-    return torch.softmax(warp_logits(logits, params), dim=-1)
+    return torch.softmax(warp_logits(logits, params, ids, proposals), dim=-1)
 
 
 def sample_from(probs: torch.Tensor, u: float) -> int:

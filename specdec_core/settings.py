@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 MODES = ("speculative", "standard")
+MAX_TOP_LOGPROBS = 20  # alternatives a token's logprobs may list (OpenAI's limit)
 
 # The draft length the app, the CLI and the race use unless the user picks one: the adaptive
 # controller (measured faster than any fixed k on the built-in prompts, docs/speed-notes.md item 16).
@@ -50,11 +51,24 @@ def proposer_kind(name: str) -> ProposerKind:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off."""
+    """temperature 0 = greedy; top_k 0 = off; top_p 1 = off; min_p 0 = off.
+
+    What shapes the logits before the warp, at any temperature (greedy too): logit_bias (token
+    id, bias) pairs added to the logits; repetition_penalty (1 = off) on every token of the
+    sequence so far, prompt included; presence_penalty and frequency_penalty (0 = off) on the
+    tokens of the answer so far, those at or after `answer_start` in the sequence (the decoder
+    sets it to the prompt's length for each generation). specdec_core/penalties.py applies them.
+    """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    min_p: float = 0.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    answer_start: int = 0
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:  # also catches NaN
@@ -63,10 +77,27 @@ class SamplingParams:
             raise SettingsError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise SettingsError(f"top-p must be in (0, 1] (1 = off), got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise SettingsError(f"min-p must be in [0, 1] (0 = off), got {self.min_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise SettingsError(f"{name.replace('_', '-')} must be in [-2, 2] (0 = off), got {getattr(self, name)}")
+        if not 0 < self.repetition_penalty <= 10:  # also NaN; past 10 every seen token is gone anyway
+            raise SettingsError(f"repetition-penalty must be in (0, 10] (1 = off), got {self.repetition_penalty}")
+        for token, bias in self.logit_bias:
+            if token < 0 or not -100 <= bias <= 100:
+                raise SettingsError(f"logit bias takes token ids >= 0 and biases in [-100, 100], got {token}: {bias}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def shapes_logits(self) -> bool:
+        """Whether the logits change before the warp (a bias or a penalty): then each row's value
+        depends on the tokens before it, and the decoder passes them."""
+        return bool(self.logit_bias) or self.presence_penalty != 0 or self.frequency_penalty != 0 \
+            or self.repetition_penalty != 1
 
 
 @dataclass(frozen=True)
@@ -82,8 +113,13 @@ class DecodeSettings:
     seed: int = 0  # the whole random stream of one generation derives from this
     mode: str = "speculative"  # "speculative" | "standard"
     proposer: str = DEFAULT_PROPOSER  # one of PROPOSERS; read in speculative mode only
+    # each emitted token's log-probability under the target and this many alternatives
+    # (events.Logprobs); None: none computed (they cost a log-softmax over the vocabulary a token)
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise SettingsError(f"logprobs takes 0 to {MAX_TOP_LOGPROBS} alternatives, got {self.logprobs}")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise SettingsError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.draft_tokens != "adaptive":

@@ -118,6 +118,9 @@ class FakeEngine:
     def encode_text(self, text):
         return [len(w) for w in text.split()]
 
+    def encode_infill(self, infill):
+        return self.encode_text(infill.prefix) + [0] + self.encode_text(infill.suffix)
+
     def count_tokens(self, messages):
         return len(self.encode_chat(messages))
 

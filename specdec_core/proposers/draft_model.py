@@ -7,7 +7,7 @@ import time
 import torch
 
 from ..lm import CachedLM, common_prefix
-from ..sampling import SamplingParams, greedy_picks, probabilities, sample_from, top_probability
+from ..sampling import SamplingParams, greedy_picks, probabilities, sample_from, shaped_logits, top_probability
 from .base import DRAFT, DraftPlan, Proposal
 
 
@@ -114,11 +114,14 @@ class DraftModelProposer:
         expected = 0.0  # the sum of those: the number of these tokens it expects kept
         for _ in range(k):
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
+            # the bias and penalties as the target's row at this position has them
+            seen = ids + tokens if params.shapes_logits else None
             if params.greedy:
+                logits = logits if seen is None else shaped_logits(logits[None], params, seen)[0]
                 # its pick, and its own probability of it (softmax at T=1) -- only if asked
                 tok, conf = top_probability(logits) if min_confidence > 0 else (greedy_picks(logits[None])[0][0], 1.0)
             else:
-                q = probabilities(logits[None], params)[0]  # [V]
+                q = probabilities(logits[None], params, seen)[0]  # [V]
                 u = float(torch.rand((), generator=rng))
                 tok = sample_from(q, u)
                 q_rows.append(q)

@@ -5,7 +5,9 @@
     GET  /v1/models/{id}
     POST /v1/chat/completions    messages through the target's chat template (a last assistant
                                  message is a prefill: the answer continues it)
-    POST /v1/completions         raw text or token ids, no template
+    POST /v1/completions         raw text or token ids, no template (with `suffix`: fill in the middle)
+    POST /infill                 llama-server's fill in the middle (input_prefix, input_suffix,
+                                 input_extra), answered in llama-server's shape (infill.py)
     POST /tokenize               {"messages"} or {"prompt"} -> {"tokens", "count", "max_model_len"}
 
 One request at a time decodes; the others wait their turn in the engine's line (queue.py),
@@ -49,15 +51,18 @@ from ..settings import DEFAULT_DRAFT_TOKENS, DEFAULT_PROPOSER, MODES, PROPOSER_K
 from . import errors
 from .answer import Answer, Done, Failure, Piece
 from .errors import APIError
+from .infill import InfillShape
 from .protocol import EXTENSION, OWNED_BY
 from .queue import DecodeQueue, QueuedEngine, QueueFull
-from .requests import Options, TokenizeInput, chat_options, completion_options, tokenize_input
+from .requests import Options, TokenizeInput, chat_options, completion_options, infill_options, tokenize_input
 from .responses import Shape, final_ext, sse, tokens_ext, usage
 
 log = logging.getLogger("specdec.serve")
 
 MAX_BODY_BYTES = 32 * 2**20  # a whole context of text is well under a megabyte
 KEEPALIVE_SECONDS = 10.0  # a stream waiting for its turn sends a comment this often (clients' read timeouts)
+# the sampling values beyond temperature, top_k and top_p that a response's settings echo
+SHAPING = ("min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
 # without max_tokens and with a context the config does not give: an answer budget of this much
 DEFAULT_MAX_TOKENS = 4096
 
@@ -124,10 +129,17 @@ class Service:
     def prepare(self, opts: Options) -> Prepared:
         e = self.engine
         param = opts.prompt_param
-        ids = opts.prompt if isinstance(opts.prompt, list) else self._encode(opts.messages, opts.prompt)
+        if opts.infill is not None:
+            ids = self._encode_infill(opts)
+        else:
+            ids = opts.prompt if isinstance(opts.prompt, list) else self._encode(opts.messages, opts.prompt)
         vocab = e.vocab_size
         if vocab is not None and max(ids) >= vocab:
             raise errors.invalid(f"prompt: token id {max(ids)} is outside the vocabulary (size {vocab})", "prompt")
+        biased = [t for t, _ in opts.sampling.logit_bias]
+        if vocab is not None and biased and max(biased) >= vocab:
+            raise errors.invalid(f"logit_bias: token id {max(biased)} is outside the vocabulary (size {vocab})",
+                                 "logit_bias")
         context = e.context_length
         budget = opts.max_tokens
         if budget is None:
@@ -152,7 +164,9 @@ class Service:
                                                   "\"prompt-lookup\"").replace("pass --draft SPEC, or ", ""),
                                  f"{EXTENSION}.proposer") from None
         echo = {**settings.to_dict(), "seed": opts.seed, "engine_seed": settings.seed, "mode": settings.mode,
-                "proposer": settings.proposer if settings.speculative else None, "reuse_cache": opts.reuse_cache}
+                "proposer": settings.proposer if settings.speculative else None, "reuse_cache": opts.reuse_cache,
+                **{name: getattr(settings.sampling, name) for name in SHAPING},
+                "logit_bias": {str(t): b for t, b in settings.sampling.logit_bias}, "logprobs": settings.logprobs}
         return Prepared(opts, ids, gen, cancel, echo)
 
     def _encode(self, messages: list[dict[str, str]] | None, text: str | None) -> list[int]:
@@ -169,6 +183,15 @@ class Service:
                     from None
         if not ids:
             raise errors.invalid("the prompt makes no tokens", "messages" if messages is not None else "prompt")
+        return ids
+
+    def _encode_infill(self, opts: Options) -> list[int]:
+        """The fill-in-the-middle prompt; a target without FIM tokens is a 400 naming the field."""
+        param = "input_prefix" if opts.infill.repo_level else "suffix"
+        try:
+            ids = list(self.engine.encode_infill(opts.infill))
+        except EngineError as exc:
+            raise errors.invalid(f"{param}: {exc}", param, code="unsupported_parameter") from None
         return ids
 
     def tokenize(self, what: TokenizeInput) -> dict:
@@ -211,17 +234,20 @@ def build_app(service: Service, cors_origins: Sequence[str] = ()) -> Starlette:
         return JSONResponse(await run_in_threadpool(service.tokenize, what))
 
     async def chat(request: Request) -> Response:
-        return await complete(request, chat=True)
+        return await complete(request, chat_options)
 
     async def completions(request: Request) -> Response:
-        return await complete(request, chat=False)
+        return await complete(request, completion_options)
 
-    async def complete(request: Request, chat: bool) -> Response:
+    async def infill(request: Request) -> Response:
+        return await complete(request, infill_options)
+
+    async def complete(request: Request, read_options) -> Response:
         service.check_key(request)
         if service.closing:
             raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down")
         body = await read_json(request)
-        opts = chat_options(body) if chat else completion_options(body)
+        opts = read_options(body)
         service.check_model(opts.model)
         prepared = await run_in_threadpool(service.prepare, opts)
         items: asyncio.Queue = asyncio.Queue()
@@ -235,7 +261,10 @@ def build_app(service: Service, cors_origins: Sequence[str] = ()) -> Starlette:
 
         service.in_flight.add(prepared.cancel)
         Answer(prepared.gen, prepared.cancel, opts.stops, opts.running_stats, deliver).start()
-        shape = Shape(chat, service.model, opts.include_usage)
+        if read_options is infill_options:
+            shape = InfillShape(service.model, len(prepared.prompt_ids))
+        else:
+            shape = Shape(opts.chat, service.model, opts.include_usage, logprobs=opts.logprobs is not None)
         if opts.stream:
             return AnswerStream(_stream(service, prepared, shape, items), prepared.cancel, service)
         try:
@@ -250,6 +279,7 @@ def build_app(service: Service, cors_origins: Sequence[str] = ()) -> Starlette:
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
     ]
     handlers = {APIError: _api_error, HTTPException: _http_error, Exception: _crash}
@@ -288,7 +318,7 @@ class AnswerStream(StreamingResponse):
             self.service.in_flight.discard(self.cancel)
 
 
-async def _stream(service: Service, p: Prepared, shape: Shape, items: asyncio.Queue) -> AsyncIterator[bytes]:
+async def _stream(service: Service, p: Prepared, shape: Shape | InfillShape, items: asyncio.Queue) -> AsyncIterator[bytes]:
     if shape.chat:
         yield sse(shape.role_chunk())
     while True:
@@ -298,7 +328,7 @@ async def _stream(service: Service, p: Prepared, shape: Shape, items: asyncio.Qu
             yield b": waiting for the engine\n\n"  # a comment: clients skip it, their read timeout restarts
             continue
         if isinstance(item, Piece):
-            yield sse(shape.chunk(item.text, None, tokens_ext(item.tokens, item.running)))
+            yield sse(shape.chunk(item.text, None, tokens_ext(item.tokens, item.running), item.tokens))
         elif isinstance(item, Failure):
             yield sse(errors.internal(item.message).body())
             return
@@ -312,11 +342,12 @@ async def _stream(service: Service, p: Prepared, shape: Shape, items: asyncio.Qu
             yield sse(shape.chunk(None if shape.chat else "", item.finish_reason, ext))
             if shape.include_usage:
                 yield sse(shape.usage_chunk(usage(len(p.prompt_ids), item.completion_tokens, item.stats)))
-            yield sse("[DONE]")
+            if shape.done:
+                yield sse("[DONE]")
             return
 
 
-async def _whole(service: Service, request: Request, p: Prepared, shape: Shape, items: asyncio.Queue) -> Response:
+async def _whole(service: Service, request: Request, p: Prepared, shape: Shape | InfillShape, items: asyncio.Queue) -> Response:
     """Collect the whole answer; a closed connection meanwhile cancels it."""
 
     async def watch() -> None:
@@ -346,7 +377,7 @@ async def _whole(service: Service, request: Request, p: Prepared, shape: Shape, 
         return Response(status_code=499)  # the client closed the connection: nobody reads this
     body = shape.response("".join(text), item.finish_reason,
                           usage(len(p.prompt_ids), item.completion_tokens, item.stats),
-                          final_ext(item.stats, item.queue_seconds, p.settings, tokens))
+                          final_ext(item.stats, item.queue_seconds, p.settings, tokens), tokens)
     return JSONResponse(body)
 
 
@@ -382,7 +413,7 @@ async def _api_error(_request: Request, exc: APIError) -> Response:
 async def _http_error(request: Request, exc: HTTPException) -> Response:
     if exc.status_code == 404:
         err = APIError(404, f"no such path: {request.url.path} (this server has /v1/models, /v1/chat/completions, "
-                            "/v1/completions, /tokenize, /health)", code="not_found")
+                            "/v1/completions, /infill, /tokenize, /health)", code="not_found")
     elif exc.status_code == 405:
         err = APIError(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed")
     else:

@@ -24,8 +24,9 @@ Every response adds a "specdec" object:
     STATS = events.Stats.to_dict(): the engine's own figures (acceptance_rate = alpha,
             mean_accepted_per_step = tau, tokens_per_second, decode_tokens_per_second,
             plain_step_share, per-position counts, ...), never recomputed by the server
-    SETTINGS = {"max_new_tokens", "temperature", "top_k", "top_p", "draft_tokens", "mode", "proposer",
-                "seed" (the request's, or the random one drawn for it), "engine_seed", "reuse_cache"}
+    SETTINGS = {"max_new_tokens", "temperature", "top_k", "top_p", "min_p", "presence_penalty",
+                "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "draft_tokens", "mode",
+                "proposer", "seed" (the request's, or the random one drawn for it), "engine_seed", "reuse_cache"}
 
 /v1/models names the server (owned_by "specdec") and describes the loaded pair under "specdec".
 """

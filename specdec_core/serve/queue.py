@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from ..context import Fit, Messages
 from ..contract import EngineLike, GenerationLike, Prompt, ServerInfo
 from ..events import EventStream, Stats
+from ..fim import Infill
 from ..models.types import ModelInfo
 from ..settings import DecodeSettings
 
@@ -219,6 +220,9 @@ class QueuedEngine:
 
     def encode_text(self, text: str) -> Prompt:
         return self.inner.encode_text(text)
+
+    def encode_infill(self, infill: Infill) -> Prompt:
+        return self.inner.encode_infill(infill)
 
     def count_tokens(self, messages: Messages) -> int | None:
         return self.inner.count_tokens(messages)

@@ -10,6 +10,10 @@ chunk of a chat gives the role (as OpenAI's does); a chunk per engine step
 gives its text and tokens; the last chunk with a choice gives the finish_reason and the Stats;
 with stream_options.include_usage every chunk has "usage": null and one more chunk after the
 last gives the usage with no choices; then `data: [DONE]`.
+
+With logprobs asked for, each choice's "logprobs" has its tokens' (the target's, events.Logprobs):
+chat {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}, completions
+{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
 """
 
 from __future__ import annotations
@@ -18,38 +22,58 @@ import json
 import time
 import uuid
 
-from ..events import Stats, TokenEvent
+from ..events import Stats, TokenEvent, TokenLogprob
 from .protocol import EXTENSION, stats_to_wire, token_to_wire
 
 
 class Shape:
     """The objects of one request's answer (its id, creation time and model fixed once)."""
 
-    def __init__(self, chat: bool, model: str, include_usage: bool = False):
+    done = True  # a stream ends with `data: [DONE]`
+
+    def __init__(self, chat: bool, model: str, include_usage: bool = False, logprobs: bool = False):
         self.chat = chat
         self.model = model
         self.include_usage = include_usage
+        self.logprobs = logprobs
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
+        self._offset = 0  # completions' text_offset: where the next token's text starts
 
     def _object(self, streamed: bool) -> dict:
         kind = ("chat.completion.chunk" if streamed else "chat.completion") if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
                 "system_fingerprint": None}
 
-    def _choice(self, text: str | None, finish: str | None, streamed: bool) -> dict:
+    def _choice(self, text: str | None, finish: str | None, streamed: bool, tokens: list[TokenEvent]) -> dict:
+        logprobs = self._logprobs(tokens) if self.logprobs and tokens else None
         if not self.chat:
-            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
         if streamed:
             delta = {} if text is None else {"content": text}
-            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
         return {"index": 0, "message": {"role": "assistant", "content": text or ""}, "finish_reason": finish,
-                "logprobs": None}
+                "logprobs": logprobs}
+
+    def _logprobs(self, tokens: list[TokenEvent]) -> dict:
+        """The choice's logprobs object for these tokens (each decoded with them, events.Logprobs)."""
+        lps = [e.logprobs for e in tokens if e.logprobs is not None]
+        if self.chat:
+            return {"content": [{**_entry(lp.chosen), "top_logprobs": [_entry(t) for t in lp.top]} for lp in lps],
+                    "refusal": None}
+        offsets = []
+        for e in tokens:
+            offsets.append(self._offset)
+            self._offset += len(e.text)
+        return {"tokens": [lp.chosen.text for lp in lps], "token_logprobs": [lp.chosen.logprob for lp in lps],
+                "top_logprobs": [{t.text: t.logprob for t in (lp.chosen, *lp.top)} for lp in lps],
+                "text_offset": offsets}
 
     # -- streamed ---------------------------------------------------------------------------
-    def chunk(self, text: str | None, finish: str | None = None, ext: dict | None = None) -> dict:
+    def chunk(self, text: str | None, finish: str | None = None, ext: dict | None = None,
+              tokens: list[TokenEvent] = ()) -> dict:
         obj = self._object(True)
-        obj["choices"] = [self._choice(text, finish, True)]
+        obj["choices"] = [self._choice(text, finish, True, list(tokens))]
         if self.include_usage:
             obj["usage"] = None
         if ext is not None:
@@ -69,12 +93,16 @@ class Shape:
         return obj
 
     # -- whole ------------------------------------------------------------------------------
-    def response(self, text: str, finish: str | None, usage: dict, ext: dict) -> dict:
+    def response(self, text: str, finish: str | None, usage: dict, ext: dict, tokens: list[TokenEvent] = ()) -> dict:
         obj = self._object(False)
-        obj["choices"] = [self._choice(text, finish, False)]
+        obj["choices"] = [self._choice(text, finish, False, list(tokens))]
         obj["usage"] = usage
         obj[EXTENSION] = ext
         return obj
+
+
+def _entry(t: TokenLogprob) -> dict:
+    return {"token": t.text, "logprob": t.logprob, "bytes": list(t.utf8)}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats: Stats | None) -> dict:

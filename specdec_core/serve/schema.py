@@ -2,7 +2,8 @@
 ValidationError becomes the OpenAI error shape (errors.py).
 
     ChatCompletionRequest   POST /v1/chat/completions
-    CompletionRequest       POST /v1/completions
+    CompletionRequest       POST /v1/completions (`suffix`: fill in the middle)
+    InfillRequest           POST /infill (llama-server's fill in the middle)
     TokenizeChat / TokenizeText   POST /tokenize ({"messages"} or {"prompt"})
     Extension               the `specdec` object of a request (protocol.py)
 
@@ -31,7 +32,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
     ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from ..settings import DEFAULT_DRAFT_TOKENS, MODES, PROPOSERS, SamplingParams, SettingsError
+from ..settings import DEFAULT_DRAFT_TOKENS, MAX_TOP_LOGPROBS, MODES, PROPOSERS, SamplingParams, SettingsError
 from . import errors
 from .errors import APIError
 
@@ -109,13 +110,14 @@ def one_of(choices: tuple[str, ...]) -> AfterValidator:
 
 def engine_rule(name: str) -> AfterValidator:
     """A sampling value checked by the engine's own rule (SamplingParams, settings.py), alone:
-    one place says what temperature, top_k and top_p may be. top_k -1 is off, as 0 (vLLM's)."""
+    one place says what temperature, top_k, top_p, min_p and the penalties may be. top_k -1 is
+    off, as 0 (vLLM's)."""
 
     def check(value: float) -> float:
         try:
             SamplingParams(**{name: 0 if name == "top_k" and value == -1 else value})
         except SettingsError as exc:
-            raise bad_value(str(exc).replace("top-k", "top_k").replace("top-p", "top_p")) from None
+            raise bad_value(str(exc).replace(name.replace("_", "-"), name)) from None
         return value
 
     return AfterValidator(check)
@@ -257,6 +259,26 @@ def _text_format(fmt: object) -> object:
     return fmt
 
 
+def _logit_bias(bias: dict[str, float]) -> dict[str, float]:
+    """{"token id": bias in [-100, 100]}, as OpenAI's (whether an id is in the vocabulary is the
+    server's check: it knows the vocabulary)."""
+    for key, value in bias.items():
+        if not (key.isascii() and key.isdigit()):
+            raise bad_value("{param} keys are token ids (strings of digits), got {key}", key=repr(key))
+        if not -100 <= value <= 100:
+            raise bad_value("{param}[{key}] must be in [-100, 100], got {value}", key=repr(key), value=value)
+    return bias
+
+
+def _top_count(n: int) -> int:
+    if not 0 <= n <= MAX_TOP_LOGPROBS:
+        raise bad_value("{param} must be in [0, {most}], got {n}", most=MAX_TOP_LOGPROBS, n=n)
+    return n
+
+
+TopCount = Annotated[int, AfterValidator(_top_count)]
+
+
 def _one_answer(n: int) -> int:
     if n != 1:
         raise not_served("{param}: only n = 1 is served (one answer per request), got {n}", n=n)
@@ -277,18 +299,17 @@ class BaseRequest(_Object):
 
     model: str | None = None
     # what would change the answer in a way the engine does not do: refused (their neutral values pass)
-    logprobs: Annotated[Any, refused_unless(None, False, 0)] = None
-    top_logprobs: Annotated[Any, refused_unless(None, 0)] = None
-    logit_bias: Annotated[Any, refused_unless(None, {})] = None
-    frequency_penalty: Annotated[Any, refused_unless(None, 0, 0.0)] = None
-    presence_penalty: Annotated[Any, refused_unless(None, 0, 0.0)] = None
-    repetition_penalty: Annotated[Any, refused_unless(None, 1, 1.0)] = None
     tools: Annotated[Any, refused_unless(None, [])] = None
     functions: Annotated[Any, refused_unless(None, [])] = None
     tool_choice: Annotated[Any, refused_unless(None, "none")] = None
     function_call: Annotated[Any, refused_unless(None, "none")] = None
-    min_p: Annotated[Any, refused_unless(None, 0, 0.0)] = None
     response_format: Annotated[Any, AfterValidator(_text_format)] = None
+    # what shapes the distribution before the warp (penalties.py), for target and draft alike
+    logit_bias: Annotated[dict[str, float], AfterValidator(_logit_bias)] | None = None
+    frequency_penalty: Annotated[float, engine_rule("frequency_penalty")] | None = None  # None: 0
+    presence_penalty: Annotated[float, engine_rule("presence_penalty")] | None = None  # None: 0
+    repetition_penalty: Annotated[float, engine_rule("repetition_penalty")] | None = None  # vLLM's; None: 1
+    min_p: Annotated[float, engine_rule("min_p")] | None = None  # vLLM's and llama.cpp's; None: 0
     # what applies
     n: Annotated[int, AfterValidator(_one_answer)] | None = None
     max_completion_tokens: Annotated[int, at_least(1)] | None = None  # OpenAI's newer name: wins
@@ -320,6 +341,15 @@ class BaseRequest(_Object):
 
 class ChatCompletionRequest(BaseRequest):
     messages: Messages
+    logprobs: bool | None = None  # the target's, for each emitted token (events.Logprobs)
+    top_logprobs: TopCount | None = None  # only with logprobs: true
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _with_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and not info.data.get("logprobs"):
+            raise bad_value("{param} is only allowed with logprobs: true")
+        return value
 
 
 def _one_prompt(prompt: object) -> str | list[int]:
@@ -346,9 +376,59 @@ def _one_prompt(prompt: object) -> str | list[int]:
 
 class CompletionRequest(BaseRequest):
     echo: Annotated[Any, refused_unless(None, False, why=NOT_HERE, same_type=False)] = None
-    suffix: Annotated[Any, refused_unless(None, "", why=NOT_HERE, same_type=False)] = None
     best_of: Annotated[Any, refused_unless(None, 1, why=NOT_HERE, same_type=False)] = None
     prompt: Annotated[str | list[int], PlainValidator(_one_prompt)]
+    logprobs: TopCount | None = None  # completions' logprobs: how many alternatives (0: the token's own)
+    top_logprobs: Annotated[Any, refused_unless(None, why="{param}: completions take logprobs: N (how many "
+                                                "alternatives), not top_logprobs")] = None
+    suffix: str | None = None  # fill in the middle: the text after the gap (the prompt is before it)
+
+    @field_validator("suffix")
+    @classmethod
+    def _text_prompt(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not isinstance(info.data.get("prompt"), str):
+            raise bad_value("{param} needs the prompt as text (the code before the gap), not token ids")
+        return value
+
+
+class InfillExtra(_Object):
+    """One chunk of input_extra (llama-server's /infill): another file of the project."""
+
+    expected: ClassVar[str] = 'an object {"filename", "text"}'
+    filename: str = "tmp"
+    text: str = ""
+
+
+LLAMA_ONLY = ("{param}: not supported by this server: its sampling is temperature, top_k, top_p, min_p, "
+              "logit_bias and the OpenAI/vLLM penalties (repetition_penalty, presence_penalty, frequency_penalty)")
+
+
+def _predict(n: int) -> int:
+    if n < 1 and n != -1:
+        raise bad_value("{param} must be >= 1, or -1 (up to the context), got {n}", n=n)
+    return n
+
+
+class InfillRequest(BaseRequest):
+    """POST /infill, llama-server's fill in the middle: the code before the gap (input_prefix),
+    after it (input_suffix), other files (input_extra), and text the middle starts with (prompt).
+    llama-server's n_predict is max_tokens; its answer has llama-server's shape (app.py)."""
+
+    input_prefix: str = ""
+    input_suffix: str = ""
+    # llama.cpp's own samplers: refused where they would change the distribution (samplers, the
+    # chain's order, and cache_prompt are not read: the warp is this engine's, the cache always on)
+    repeat_penalty: Annotated[Any, refused_unless(None, 1, 1.0, same_type=False, why=LLAMA_ONLY)] = None
+    n_probs: Annotated[Any, refused_unless(None, 0, same_type=False, why=LLAMA_ONLY)] = None
+    mirostat: Annotated[Any, refused_unless(None, 0, same_type=False, why=LLAMA_ONLY)] = None
+    typical_p: Annotated[Any, refused_unless(None, 1, 1.0, same_type=False, why=LLAMA_ONLY)] = None
+    dry_multiplier: Annotated[Any, refused_unless(None, 0, 0.0, same_type=False, why=LLAMA_ONLY)] = None
+    xtc_probability: Annotated[Any, refused_unless(None, 0, 0.0, same_type=False, why=LLAMA_ONLY)] = None
+    dynatemp_range: Annotated[Any, refused_unless(None, 0, 0.0, same_type=False, why=LLAMA_ONLY)] = None
+    top_n_sigma: Annotated[Any, refused_unless(None, -1, -1.0, same_type=False, why=LLAMA_ONLY)] = None
+    input_extra: list[InfillExtra] = []
+    prompt: str = ""
+    n_predict: Annotated[int, AfterValidator(_predict)] | None = None  # -1: up to the context, as llama-server
 
 
 class TokenizeChat(_Object):

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from ..context import Fit, Messages, answer_budget, fit_chat
 from ..contract import ChatPrompt, EngineError, Prompt, ServerInfo, prompt_tokens
+from ..fim import Infill
 from ..models.types import ModelInfo
 from ..serve.protocol import EXTENSION, OWNED_BY
 from ..settings import DecodeSettings
@@ -266,6 +267,12 @@ class ServerEngine:
             return self._tokenize({"content": text, "add_special": True, "parse_special": True})
         raise EngineError(f"the {self.flavour} server at {self.endpoint.url} does not tokenize text for its "
                           "clients: send it chat messages")
+
+    def encode_infill(self, infill: Infill) -> Prompt:
+        """Fill in the middle is the server's own business (llama-server's /infill): not through
+        this engine's prompts."""
+        raise EngineError(f"the server at {self.endpoint.url} fills in the middle through its own endpoint, "
+                          "not through this client's prompts")
 
     def _tokenize(self, body: dict) -> list[int]:
         tok = self.endpoint.post_json("/tokenize", body)
