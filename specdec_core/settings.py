@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .grammar.spec import GrammarSpec
+
 MODES = ("speculative", "standard")
 
 # The draft length the app, the CLI and the race use unless the user picks one: the adaptive
@@ -80,6 +82,8 @@ class DecodeSettings:
     seed: int = 0  # the whole random stream of one generation derives from this
     mode: str = "speculative"  # "speculative" | "standard"
     proposer: str = DEFAULT_PROPOSER  # one of PROPOSERS; read in speculative mode only
+    # what the answer must match (a JSON schema, a Lark grammar, a regex); None: free text
+    grammar: GrammarSpec | None = None
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
