@@ -45,6 +45,7 @@ class Grammars:
         eos = list(eos_token_ids) or [tokenizer.eos_token_id]
         self.tokenizer = llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size, eos_token=eos)
         self.vocab_size = vocab_size
+        self.eos = frozenset(eos)
 
     def grammar_text(self, spec: GrammarSpec) -> str:
         from llguidance import LLMatcher
@@ -66,15 +67,16 @@ class Grammars:
         matcher = LLMatcher(self.tokenizer, self.grammar_text(spec), log_level=0)
         if matcher.is_error():
             raise GrammarError(f"the {spec.kind.replace('_', ' ')} was refused: {matcher.get_error()}")
-        return Constraint(matcher, self.vocab_size)
+        return Constraint(matcher, self.vocab_size, self.eos)
 
 
 class Constraint:
     """The grammar state of one answer (see the module docstring)."""
 
-    def __init__(self, matcher, vocab_size: int):
+    def __init__(self, matcher, vocab_size: int, eos: frozenset[int] = frozenset()):
         self.matcher = matcher
         self.vocab_size = vocab_size
+        self.eos = eos  # the end tokens: allowed where the grammar is complete, never consumed
         self._words = (vocab_size + 31) // 32
         self._ahead: list[int] = []  # tokens past the committed text the matcher stands after
         self._masks: dict[tuple[int, ...], torch.Tensor | None] = {}  # per state ahead, until a commit
@@ -94,8 +96,11 @@ class Constraint:
         return True
 
     def commit(self, tokens: list[int]) -> None:
-        """The answer went on with `tokens` (each one sampled from a masked row, so allowed)."""
-        if not self._goto(tokens):
+        """The answer went on with `tokens` (each one sampled from a masked row, so allowed); an
+        end token, last, ends it where the grammar is complete."""
+        ends = bool(tokens) and tokens[-1] in self.eos
+        body = list(tokens[:-1]) if ends else list(tokens)
+        if not self._goto(body) or (ends and not self.matcher.is_accepting()):
             raise GrammarError(f"an emitted token is outside the grammar: {self.matcher.get_error() or tokens}")
         self._ahead = []
         self._masks.clear()
