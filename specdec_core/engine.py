@@ -97,15 +97,17 @@ class Engine:
         return None
 
     # -- prompts ---------------------------------------------------------------------------
-    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> list[int]:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False, tools: list[dict] | None = None) -> list[int]:
         """messages [{"role": "system"|"user"|"assistant", "content": ...}] -> prompt ids,
         through the target's own chat template, ending with the assistant's turn opener; with
-        `continue_final`, ending with the last (assistant's) message, its turn left open."""
+        `continue_final`, ending with the last (assistant's) message, its turn left open.
+        `tools`: the functions the template shows the model (OpenAI's tools, as templates take them)."""
         if continue_final and (not messages or messages[-1]["role"] != "assistant"):
             raise EngineError("only an assistant's message can be continued: the last message is not the assistant's")
         if getattr(self.tokenizer, "chat_template", None):
             enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=not continue_final,
-                                                     continue_final_message=continue_final, tokenize=True)
+                                                     continue_final_message=continue_final, tokenize=True,
+                                                     tools=tools)
             ids = enc["input_ids"] if hasattr(enc, "keys") else enc
             return list(ids)
         # A base model without a template: plain concatenation of the contents (which ends with

@@ -16,12 +16,14 @@ are put in here, where the models' None (absent or null) becomes the engine's va
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from dataclasses import dataclass
 
 from ..settings import DEFAULT_PROPOSER, DecodeSettings, SamplingParams, usable_proposer
-from .schema import ROLES, ChatCompletionRequest, CompletionRequest, Extension, Message, TokenizeChat, \
-    TokenizeText, BaseRequest, parse
+from .schema import ROLES, Extension, Message, TokenizeChat, TokenizeText, BaseRequest, parse
+from .schema_tools import ChatRequest, TextRequest, ToolMessage
+from .tools import ToolUse
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class Options:
     reuse_cache: bool
     running_stats: bool
     engine_seed: int | None = None  # the engine's seed as it is (a client engine's settings)
+    response_format: dict | None = None  # None or {"type": "text"}: free text (tools.py)
+    tool_use: ToolUse | None = None  # the functions offered and tool_choice (chat only)
 
     @property
     def chat(self) -> bool:
@@ -72,13 +76,28 @@ class TokenizeInput:
 
 
 def chat_options(body: dict) -> Options:
-    req = parse(ChatCompletionRequest, body)
-    return _options(req, messages=_conversation(req.messages), prompt=None)
+    req = parse(ChatRequest, body)
+    opts = _options(req, messages=_conversation(req.messages), prompt=None)
+    return dataclasses.replace(opts, response_format=_format(req), tool_use=_tool_use(req))
 
 
 def completion_options(body: dict) -> Options:
-    req = parse(CompletionRequest, body)
-    return _options(req, messages=None, prompt=req.prompt)
+    req = parse(TextRequest, body)
+    return dataclasses.replace(_options(req, messages=None, prompt=req.prompt), response_format=_format(req))
+
+
+def _format(req: ChatRequest | TextRequest) -> dict | None:
+    return None if req.response_format is None else req.response_format.to_dict()
+
+
+def _tool_use(req: ChatRequest) -> ToolUse | None:
+    if not req.tools:
+        return None
+    choice = req.tool_choice or "auto"
+    functions = tuple(t.function.to_dict() for t in req.tools)
+    if isinstance(choice, str):
+        return ToolUse(functions, choice)
+    return ToolUse(functions, "function", choice.function.name)
 
 
 def tokenize_input(body: dict) -> TokenizeInput:
@@ -90,7 +109,9 @@ def tokenize_input(body: dict) -> TokenizeInput:
 
 
 def _conversation(messages: list[Message]) -> list[dict[str, str]]:
-    return [{"role": ROLES[m.role], "content": m.text} for m in messages]
+    """As the chat template takes them; a tool's result and an assistant's calls as theirs."""
+    return [m.to_template() if isinstance(m, ToolMessage) else {"role": ROLES[m.role], "content": m.text}
+            for m in messages]
 
 
 def _options(req: BaseRequest, messages: list[dict[str, str]] | None, prompt: str | list[int] | None) -> Options:

@@ -37,14 +37,16 @@ class Shape:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
                 "system_fingerprint": None}
 
-    def _choice(self, text: str | None, finish: str | None, streamed: bool) -> dict:
+    def _choice(self, text: str | None, finish: str | None, streamed: bool, calls: list[dict] | None = None) -> dict:
         if not self.chat:
             return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
         if streamed:
             delta = {} if text is None else {"content": text}
             return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-        return {"index": 0, "message": {"role": "assistant", "content": text or ""}, "finish_reason": finish,
-                "logprobs": None}
+        message = {"role": "assistant", "content": text or ""}
+        if calls:  # an answer of tool calls has no content
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+        return {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
 
     # -- streamed ---------------------------------------------------------------------------
     def chunk(self, text: str | None, finish: str | None = None, ext: dict | None = None) -> dict:
@@ -54,6 +56,13 @@ class Shape:
             obj["usage"] = None
         if ext is not None:
             obj[EXTENSION] = ext
+        return obj
+
+    def calls_chunk(self, calls: list[dict], first_index: int) -> dict:
+        """Tool calls as a streamed delta: each with its index among the answer's calls, its id,
+        name and arguments whole (a client appends the pieces of a call by index; here one piece)."""
+        obj = self.chunk(None, ext={"tokens": []})
+        obj["choices"][0]["delta"] = {"tool_calls": [{"index": first_index + i, **call} for i, call in enumerate(calls)]}
         return obj
 
     def role_chunk(self) -> dict:
@@ -69,9 +78,9 @@ class Shape:
         return obj
 
     # -- whole ------------------------------------------------------------------------------
-    def response(self, text: str, finish: str | None, usage: dict, ext: dict) -> dict:
+    def response(self, text: str, finish: str | None, usage: dict, ext: dict, calls: list[dict] | None = None) -> dict:
         obj = self._object(False)
-        obj["choices"] = [self._choice(text, finish, False)]
+        obj["choices"] = [self._choice(text, finish, False, calls)]
         obj["usage"] = usage
         obj[EXTENSION] = ext
         return obj
