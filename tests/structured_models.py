@@ -46,6 +46,8 @@ def make_structured_tokenizer():
 
 def save_structured_pair(root: Path | str) -> tuple[Path, Path]:
     tok = make_structured_tokenizer()
-    target = make_model(len(tok), seed=0)
-    draft = make_model(len(tok), seed=1, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32)
+    # a tool's description is spelled nearly a character a token here: room for two of them
+    target = make_model(len(tok), seed=0, max_positions=2048)
+    draft = make_model(len(tok), seed=1, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32,
+                       max_positions=2048)
     return save_model(Path(root) / "target", target, tok), save_model(Path(root) / "draft", draft, tok)

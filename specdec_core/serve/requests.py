@@ -95,9 +95,10 @@ def _tool_use(req: ChatRequest) -> ToolUse | None:
         return None
     choice = req.tool_choice or "auto"
     functions = tuple(t.function.to_dict() for t in req.tools)
+    several = req.parallel_tool_calls is not False
     if isinstance(choice, str):
-        return ToolUse(functions, choice)
-    return ToolUse(functions, "function", choice.function.name)
+        return ToolUse(functions, choice, several=several)
+    return ToolUse(functions, "function", choice.function.name, several)
 
 
 def tokenize_input(body: dict) -> TokenizeInput:

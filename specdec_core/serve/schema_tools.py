@@ -6,6 +6,7 @@
     tools              [{"type": "function", "function": {"name", "description", "parameters",
                        "strict"}}]                                            chat
     tool_choice        "none" | "auto" | "required" | {"type": "function", "function": {"name"}}
+    parallel_tool_calls  false: at most one call in an answer
     messages           also role "tool" (with tool_call_id) and an assistant's "tool_calls"
                        ({"id", "type": "function", "function": {"name", "arguments": JSON text}})
 
@@ -178,6 +179,7 @@ class ChatRequest(ChatCompletionRequest):
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None  # None: true (several calls in one answer may come)
 
     @model_validator(mode="after")
     def _choice_names_a_tool(self) -> ChatRequest:

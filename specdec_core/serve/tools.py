@@ -10,6 +10,7 @@ that shape with each function's parameters as the arguments' JSON schema, so the
     tool_choice "none"             no tools in the prompt, no grammar: plain text
     "auto" (the default)           one or more calls, or text that does not begin with a call
     "required"                     one or more calls, of any of the functions
+    parallel_tool_calls false      (auto, required) one call at most
     {"function": {"name": F}}      one call of F
 """
 
@@ -31,6 +32,7 @@ class ToolUse:
     functions: tuple[dict, ...]
     choice: str  # "auto" | "required" | "none" | "function" (one named call)
     name: str | None = None  # the function of choice "function"
+    several: bool = True  # parallel_tool_calls: more than one call in an answer (auto, required)
 
     @property
     def active(self) -> bool:
@@ -74,13 +76,14 @@ def tools_grammar(use: ToolUse, special_tokens: bool) -> GrammarSpec | None:
                                                    "arguments": f.get("parameters") or {"type": "object"}},
                   "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_LAYOUT}
         rules.append(f"f{i}: %json {json.dumps(schema)}")
+    calls = 'call ("\\n" call)*' if use.several else "call"
     if use.choice == "function":
         start = "start: call"
     elif use.choice == "required":
-        start = 'start: call ("\\n" call)*'
+        start = f"start: {calls}"
     else:  # auto: calls, or text; text that opens with a call's marker is the call branch's
         text = "/(?s:.*)/" if special_tokens else f"/(?s:.*)/ & ~/{OPEN}(?s:.*)/"
-        start = f'start: call ("\\n" call)* | TEXT\nTEXT: {text}'
+        start = f"start: {calls} | TEXT\nTEXT: {text}"
     return GrammarSpec.lark("\n".join([start, *rules]))
 
 
