@@ -97,11 +97,17 @@ class Engine:
         return None
 
     # -- prompts ---------------------------------------------------------------------------
-    def encode_chat(self, messages: Messages, *, continue_final: bool = False, tools: list[dict] | None = None) -> list[int]:
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> list[int]:
         """messages [{"role": "system"|"user"|"assistant", "content": ...}] -> prompt ids,
         through the target's own chat template, ending with the assistant's turn opener; with
-        `continue_final`, ending with the last (assistant's) message, its turn left open.
-        `tools`: the functions the template shows the model (OpenAI's tools, as templates take them)."""
+        `continue_final`, ending with the last (assistant's) message, its turn left open."""
+        return self.encode_tool_chat(messages, None, continue_final=continue_final)
+
+    def encode_tool_chat(self, messages: Messages, tools: list[dict] | None, *, continue_final: bool = False) -> list[int]:
+        """encode_chat with `tools`, the functions the template shows the model (OpenAI's tools,
+        as templates take them; `specdec serve`'s tool calls), and messages that may hold an
+        assistant's tool_calls and tools' results. Beside the engine contract: a server target
+        applies its own template."""
         if continue_final and (not messages or messages[-1]["role"] != "assistant"):
             raise EngineError("only an assistant's message can be continued: the last message is not the assistant's")
         if getattr(self.tokenizer, "chat_template", None):

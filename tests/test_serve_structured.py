@@ -166,11 +166,14 @@ def test_streamed_tool_calls_are_the_whole_answers_calls(client, server):
         [(c.function.name, json.loads(c.function.arguments)) for c in whole]
 
 
-def test_auto_gives_calls_or_text_and_none_gives_text(client, server):
-    plain = client.chat.completions.create(model=server.model, messages=HELLO, temperature=0, max_tokens=30)
-    none = client.chat.completions.create(model=server.model, messages=HELLO, tools=[WEATHER], tool_choice="none",
-                                          temperature=0, max_tokens=30)
-    assert none.choices[0].message.content == plain.choices[0].message.content  # no tools shown, no grammar
+def test_auto_gives_calls_or_text_and_none_gives_text(client, server, engine):
+    marker = engine.tokenizer.convert_tokens_to_ids("<tool_call>")
+    for text in ("the cat", "is it rome"):  # "none": the tools shown, a call's marker never written
+        none = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": text}],
+                                              tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=30)
+        msg = none.choices[0].message
+        assert msg.tool_calls is None and "<tool_call>" not in msg.content
+        assert marker not in [t["id"] for t in ext_tokens(none)]
     for text in ("the cat", "is it rome", "a hat"):
         r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": text}],
                                            tools=[WEATHER], temperature=0, max_tokens=40)
@@ -198,7 +201,7 @@ def test_a_tool_result_goes_back_through_the_template(client, server, engine):
     rendered = HELLO + [{"role": "assistant", "content": "", "tool_calls": [
         {"type": "function", "function": {"name": "get_weather", "arguments": args}}]},
         {"role": "tool", "content": "sunny", "tool_call_id": call.id}]
-    ids = engine.encode_chat(rendered)
+    ids = engine.encode_tool_chat(rendered, [WEATHER])
     assert r.usage.prompt_tokens == len(ids)
     text = engine.tokenizer.decode(ids)
     assert '<tool_call>\n{"name": "get_weather", "arguments": ' in text and "<tool_response>\nsunny" in text

@@ -126,7 +126,7 @@ class Service:
     def prepare(self, opts: Options) -> Prepared:
         e = self.engine
         param = opts.prompt_param
-        use = opts.tool_use if opts.tool_use is not None and opts.tool_use.active else None
+        use = opts.tool_use if opts.tool_use is not None and opts.tool_use.functions else None
         ids = opts.prompt if isinstance(opts.prompt, list) else self._encode(opts.messages, opts.prompt, use)
         vocab = e.vocab_size
         if vocab is not None and max(ids) >= vocab:
@@ -173,9 +173,14 @@ class Service:
         else:
             last = messages[-1]
             prefill = last["role"] == "assistant" and not last.get("tool_calls")
-            extra = {"tools": tools.template_tools()} if tools is not None else {}
+            if tools is not None and not hasattr(self.engine.inner, "encode_tool_chat"):
+                raise errors.unsupported("tools", "this engine cannot show tools to its model's template")
             try:
-                ids = list(self.engine.encode_chat(messages, continue_final=prefill, **extra))
+                if tools is None:
+                    ids = list(self.engine.encode_chat(messages, continue_final=prefill))
+                else:  # the local engine's template, with the functions
+                    ids = list(self.engine.inner.encode_tool_chat(messages, tools.template_tools(),
+                                                                   continue_final=prefill))
             except Exception as exc:  # noqa: BLE001 -- a template may refuse a conversation (its roles' order)
                 raise errors.invalid(f"the target's chat template refused these messages: {exc}", "messages") \
                     from None
@@ -301,7 +306,7 @@ class AnswerStream(StreamingResponse):
 
 
 async def _stream(service: Service, p: Prepared, shape: Shape, items: asyncio.Queue) -> AsyncIterator[bytes]:
-    calls = CallStream() if p.options.tool_use is not None and p.options.tool_use.active else None
+    calls = CallStream() if p.options.tool_use is not None and p.options.tool_use.calls else None
     if shape.chat:
         yield sse(shape.role_chunk())
     while True:
@@ -366,7 +371,7 @@ async def _whole(service: Service, request: Request, p: Prepared, shape: Shape, 
             raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down")
         return Response(status_code=499)  # the client closed the connection: nobody reads this
     answer, finish, calls = "".join(text), item.finish_reason, None
-    if p.options.tool_use is not None and p.options.tool_use.active:
+    if p.options.tool_use is not None and p.options.tool_use.calls:
         calls = parse_calls(answer) or None  # the calls, or the text (auto's other branch, a cut call)
         finish = "tool_calls" if calls and finish == "stop" else finish
     body = shape.response(answer, finish, usage(len(p.prompt_ids), item.completion_tokens, item.stats),

@@ -209,9 +209,8 @@ class QueuedEngine:
     def server_info(self) -> ServerInfo | None:
         return self.inner.server_info()
 
-    def encode_chat(self, messages: Messages, *, continue_final: bool = False, **template) -> Prompt:
-        """`template`: what a local engine's chat template takes beside the messages (tools=)."""
-        return self.inner.encode_chat(messages, continue_final=continue_final, **template)
+    def encode_chat(self, messages: Messages, *, continue_final: bool = False) -> Prompt:
+        return self.inner.encode_chat(messages, continue_final=continue_final)
 
     def encode_prompt(self, text: str) -> Prompt:
         return self.inner.encode_prompt(text)

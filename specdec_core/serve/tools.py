@@ -7,7 +7,8 @@ template shows it the functions (`tools=`), and Qwen2.5 -- the embedded pair -- 
 as `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. The grammar holds the calls to
 that shape with each function's parameters as the arguments' JSON schema, so they always parse:
 
-    tool_choice "none"             no tools in the prompt, no grammar: plain text
+    tool_choice "none"             text that makes no call (the functions are still shown, as
+                                   OpenAI shows them: the prompt stays the conversation's)
     "auto" (the default)           one or more calls, or text that does not begin with a call
     "required"                     one or more calls, of any of the functions
     parallel_tool_calls false      (auto, required) one call at most
@@ -35,12 +36,13 @@ class ToolUse:
     several: bool = True  # parallel_tool_calls: more than one call in an answer (auto, required)
 
     @property
-    def active(self) -> bool:
+    def calls(self) -> bool:
+        """Whether the answer may be calls (its text is read for them)."""
         return bool(self.functions) and self.choice != "none"
 
-    def template_tools(self) -> list[dict] | None:
-        """What the chat template's `tools=` gets (None where the model is not to call any)."""
-        return [{"type": "function", "function": f} for f in self.functions] if self.active else None
+    def template_tools(self) -> list[dict]:
+        """What the chat template's `tools=` gets."""
+        return [{"type": "function", "function": f} for f in self.functions]
 
 
 def has_call_tokens(tokenizer) -> bool:
@@ -65,8 +67,9 @@ def tools_grammar(use: ToolUse, special_tokens: bool) -> GrammarSpec | None:
     """The Lark grammar of the calls `use` allows. `special_tokens`: the tokenizer has <tool_call>
     and </tool_call> as tokens of their own (Qwen2.5 does): the grammar names the tokens, which
     no free text can then contain; else it matches their text."""
-    if not use.active:
-        return None
+    text = "/(?s:.*)/" if special_tokens else f"/(?s:.*)/ & ~/{OPEN}(?s:.*)/"
+    if not use.calls:  # "none": text, which cannot hold a call's marker token (nor open with its text)
+        return GrammarSpec.lark(f"start: TEXT\nTEXT: {text}")
     opened = f"{OPEN} " if special_tokens else f'"{OPEN}" '
     closed = f" {CLOSE}" if special_tokens else f' "{CLOSE}"'
     chosen = [f for f in use.functions if use.choice != "function" or f["name"] == use.name]
@@ -82,7 +85,6 @@ def tools_grammar(use: ToolUse, special_tokens: bool) -> GrammarSpec | None:
     elif use.choice == "required":
         start = f"start: {calls}"
     else:  # auto: calls, or text; text that opens with a call's marker is the call branch's
-        text = "/(?s:.*)/" if special_tokens else f"/(?s:.*)/ & ~/{OPEN}(?s:.*)/"
         start = f"start: {calls} | TEXT\nTEXT: {text}"
     return GrammarSpec.lark("\n".join([start, *rules]))
 
