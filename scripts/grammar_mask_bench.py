@@ -2,7 +2,7 @@
 embedded pair's tokenizer (Qwen2.5, ~151k tokens) and a JSON-schema extraction: the numbers
 behind the choice of library (docs/speed-notes.md).
 
-    nice -n 19 .venv/bin/python scripts/grammar_mask_bench.py [TOKENIZER_DIR]
+    PYTHONPATH=. nice -n 19 .venv/bin/python scripts/grammar_mask_bench.py [TOKENIZER_DIR]
 
 For each library: building its view of the tokenizer (once per model), compiling the schema (once
 per request), and per token of a valid answer, the mask of the next token (as the int32 bitmask

@@ -2,10 +2,12 @@
 needs: the prompt, the one settings value (settings.DecodeSettings) and what the response should
 look like.
 
+Structured output and tools (response_format, tools, tool_choice, parallel_tool_calls, tool
+messages) are schema_tools.py's fields, and become the answer's grammar in app.py (tools.py).
 What applies is taken (messages / prompt, max_tokens / max_completion_tokens, temperature,
 top_p, top_k, seed, stop, n = 1, stream, stream_options.include_usage, and the `specdec`
 extension of protocol.py); what would change the answer in a way the engine does not do
-(logprobs, penalties, logit_bias, tools, n > 1, ...) is refused rather than ignored; anything
+(logprobs, penalties, logit_bias, n > 1, ...) is refused rather than ignored; anything
 else (user, metadata, store, ...) is ignored, as OpenAI's own clients send such fields freely.
 
 A field of the wrong type is a 422, a value out of range a 400 (errors.py), each naming its
