@@ -111,6 +111,21 @@ def test_lookup_stops_before_a_token_the_grammar_forbids(json_pair):
     assert PromptLookupProposer().propose(ids, plan, SamplingParams(), torch.Generator()).tokens == [i, c_, c_, h]
 
 
+class NothingAllowed:
+    """A grammar state under which the draft can spell no allowed token (all its logits masked)."""
+
+    def mask(self, logits, draft, first=0):
+        return torch.full_like(logits, float("-inf"))
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=1.0)], ids=["greedy", "T1"])
+def test_a_draft_with_no_allowed_token_stops_instead_of_proposing_one(json_pair, params):
+    tok, _, draft = json_pair
+    prop = DraftModelProposer(draft, len(tok))
+    got = prop.propose(chat(tok, "the cat"), DraftPlan(draft=4), params, torch.Generator(), constraint=NothingAllowed())
+    assert got.tokens == [] and got.q_draft is None
+
+
 def test_a_schema_the_library_refuses_names_the_problem(json_pair):
     tok, target, _ = json_pair
     with pytest.raises(GrammarError, match="nonsense"):

@@ -119,6 +119,11 @@ class DraftModelProposer:
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
             if constraint is not None:
                 logits = constraint.mask(logits[None], tokens, first=len(tokens))[0]
+                if not bool(torch.isfinite(logits).any()):
+                    # the draft cannot spell any token the grammar allows here (a reduced head,
+                    # models/draft_vocab.py, lacks them): it has no distribution to sample, so it
+                    # stops, and the target decides this position alone
+                    break
             if params.greedy:
                 # its pick, and its own probability of it (softmax at T=1) -- only if asked
                 tok, conf = top_probability(logits) if min_confidence > 0 else (greedy_picks(logits[None])[0][0], 1.0)
