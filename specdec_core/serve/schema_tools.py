@@ -19,10 +19,11 @@ import json
 import re
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails
 
 from .schema import ROLES, ChatCompletionRequest, CompletionRequest, Message, _Object, _some_messages, \
-    bad_value, either, not_served, NullIsMissing
+    bad_value, either, missing, not_served, NullIsMissing
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for a function's name
 
@@ -147,12 +148,19 @@ class ToolMessage(Message):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _content_given(cls, data: Any) -> Any:
+        """content may be absent or null only beside tool_calls: else it is missing, named as such."""
+        if isinstance(data, dict) and data.get("content") is None and not data.get("tool_calls"):
+            raise ValidationError.from_exception_data(cls.__name__, [InitErrorDetails(
+                type=missing(), loc=("content",), input=None)])
+        return data
+
     @model_validator(mode="after")
-    def _content_given(self) -> ToolMessage:
-        if isinstance(self.content, list):
+    def _text_parts(self) -> ToolMessage:
+        if isinstance(self.content, list):  # checked as Message checks its parts (text only)
             self.content = Message.model_validate({"role": "user", "content": self.content}, strict=True).content
-        if self.content is None and not self.tool_calls:
-            raise bad_value("{param}: content is missing (only an assistant's message with tool_calls may go without)")
         return self
 
     @property
