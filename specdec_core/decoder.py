@@ -29,7 +29,8 @@ from .detok import IncrementalDetokenizer
 from .events import EventStream, Stats, TokenEvent, TokenKind
 from .lm import CachedLM
 from .logprobs import TokenTexts, token_logprobs
-from .proposers.base import DraftPlan, Proposal, Proposer
+from .proposers.base import GRAMMAR, DraftPlan, Proposal, Proposer
+from .proposers.grammar import GrammarProposer
 from .sampling import greedy_picks, probabilities, shaped_logits
 from .settings import DecodeSettings, SamplingParams, SettingsError
 from .textkind import TextKind
@@ -91,6 +92,7 @@ class Decoder:
         # the controller expects the next answer to run about as long (adaptive.py, rule 5)
         self.last_answer_tokens = 0
         self.token_texts = TokenTexts(tokenizer)  # logprobs' token texts, looked up once each
+        self._grammars = None  # the grammar library's view of the tokenizer, built on first use
 
     def generate(
         self,
@@ -116,11 +118,25 @@ class Decoder:
         if answer_prefix > 0:  # a few tokens of context are all a word's space or a split character need
             detok.seed(list(prompt_ids[-min(answer_prefix, DETOK_SEED):]))
         stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
-        loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache, budget)
+        constraint = self.constraint(settings.grammar) if settings.grammar is not None else None
+        if constraint is not None and proposer is not None:
+            proposer = GrammarProposer(proposer, constraint)  # forced tokens first, masked proposals else
+        loop = self._loop(list(prompt_ids), settings, proposer, cancel, detok, stats, reuse_cache, budget, constraint)
         return Generation(loop, detok, stats)
 
+    def constraint(self, spec):
+        """A fresh grammar state for one answer (GrammarError where the library refuses `spec`)."""
+        from .grammar.constraint import Grammars
+
+        if self._grammars is None:
+            if self.tokenizer is None:
+                raise SettingsError("a grammar needs the target's tokenizer, and this decoder has none")
+            width = self.target.model.config.get_text_config().vocab_size
+            self._grammars = Grammars(self.tokenizer, width, sorted(self.eos))
+        return self._grammars.constraint(spec)
+
     def _loop(self, ids, settings, proposer, cancel, detok, stats: Stats, reuse_cache=False,
-              budget: int = 0) -> Iterator[TokenEvent]:
+              budget: int = 0, constraint=None) -> Iterator[TokenEvent]:
         # presence and frequency penalties count the answer's tokens only: those from here on
         params = dataclasses.replace(settings.sampling, answer_start=len(ids))
         rng = torch.Generator().manual_seed(settings.seed)
@@ -153,6 +169,8 @@ class Decoder:
             plan = no_plan
             if policy is not None and step > 0 and remaining > 1:
                 plan = policy.plan(proposer.unread(ids), remaining - 1, text_kind.kind).clip(remaining - 1)
+            if constraint is not None and proposer is not None:
+                plan = dataclasses.replace(plan, grammar=remaining - 1)  # a forced run is free, even in step 0
             proposal = _NOTHING
             t_draft = time.perf_counter()
             if not plan.empty:
@@ -165,6 +183,8 @@ class Decoder:
             n_fed = len(ids) - target.length + k
             pending = ids[target.length :]
             logits = target.forward(pending + draft, logits_to_keep=k + 1)  # [k+1, V]
+            if constraint is not None:  # row i: the grammar's state after draft[:i]
+                logits = constraint.mask(logits, draft)
             # 3. accept
             verdict, margins, sureness = self._decide(ids, draft, proposal.q_draft, logits, params, rng)
             t_done = time.perf_counter()
@@ -180,6 +200,8 @@ class Decoder:
             logprobs = self._logprobs(logits, new, settings.logprobs)
             ids.extend(new)
             emitted += len(new)
+            if constraint is not None:
+                constraint.commit(new)
             # 5. roll back both caches to the committed prefix (all but the newest token)
             target.rollback(len(ids) - 1)
             if proposer is not None:
@@ -189,7 +211,7 @@ class Decoder:
                 # (step 0) tells it what a row of a long pass costs before any verification ran
                 if step == 0:
                     policy.observe_prefill(n_fed, t_done - t_verify)
-                else:
+                elif proposal.source != GRAMMAR:  # a forced run is no choice of the controller's
                     policy.observe(StepOutcome(
                         proposal.source, k, verdict.n_accepted, t_verify - t_draft - proposal.catchup_seconds,
                         t_done - t_verify, proposal.catchup_seconds, proposal.catchup_tokens,

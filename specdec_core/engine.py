@@ -117,9 +117,17 @@ class Engine:
             if whole[: len(opener)] == opener:
                 return opener + list(answer_ids)
             return whole
+        return self.encode_tool_chat(messages, None, continue_final=continue_final)
+
+    def encode_tool_chat(self, messages: Messages, tools: list[dict] | None, *, continue_final: bool = False) -> list[int]:
+        """encode_chat with `tools`, the functions the template shows the model (OpenAI's tools,
+        as templates take them; `specdec serve`'s tool calls), and messages that may hold an
+        assistant's tool_calls and tools' results. Beside the engine contract: a server target
+        applies its own template."""
         if getattr(self.tokenizer, "chat_template", None):
             enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=not continue_final,
-                                                     continue_final_message=continue_final, tokenize=True)
+                                                     continue_final_message=continue_final, tokenize=True,
+                                                     tools=tools)
             ids = enc["input_ids"] if hasattr(enc, "keys") else enc
             return list(ids)
         # A base model without a template: plain concatenation of the contents (which ends with

@@ -68,8 +68,9 @@ class TokenEvent:
                        chosen. A small margin marks a near-tie that reduced precision may flip.
     text            -- the text this token adds to the decoded output ("" while a multi-byte
                        character is still incomplete; it then arrives with a later token).
-    source          -- what proposed this token's step: "draft" (the draft model) or "lookup"
-                       (copied from the conversation); "" for a step that proposed nothing.
+    source          -- what proposed this token's step: "draft" (the draft model), "lookup"
+                       (copied from the conversation) or "grammar" (forced by a constrained
+                       answer's grammar); "" for a step that proposed nothing.
     logprobs        -- the target's log-probabilities at this position, when the settings ask
                        for them (DecodeSettings.logprobs); None otherwise.
     """
@@ -101,7 +102,7 @@ class EventSequence:
 
     @property
     def sources(self) -> list[str]:
-        """Per token, what proposed its step: "draft", "lookup", or "" (a plain step)."""
+        """Per token, what proposed its step: "draft", "lookup", "grammar", or "" (a plain step)."""
         return [e.source for e in self.events]
 
 

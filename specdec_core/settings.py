@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .grammar.spec import GrammarSpec
+
 MODES = ("speculative", "standard")
 MAX_TOP_LOGPROBS = 20  # alternatives a token's logprobs may list (OpenAI's limit)
 
@@ -116,6 +118,8 @@ class DecodeSettings:
     # each emitted token's log-probability under the target and this many alternatives
     # (events.Logprobs); None: none computed (they cost a log-softmax over the vocabulary a token)
     logprobs: int | None = None
+    # what the answer must match (a JSON schema, a Lark grammar, a regex); None: free text
+    grammar: GrammarSpec | None = None
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:

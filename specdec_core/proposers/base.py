@@ -17,6 +17,7 @@ from ..sampling import SamplingParams
 # Where a proposal came from: the words the events, the stats and the side panel use.
 DRAFT = "draft"  # the draft model's own tokens
 LOOKUP = "lookup"  # tokens copied from the conversation (prompt, earlier turns, the answer so far)
+GRAMMAR = "grammar"  # tokens a constrained answer's grammar forces (proposers/grammar.py)
 
 
 # Prompt lookup tells matches apart by length up to this (a longer one counts as this long):
@@ -40,15 +41,19 @@ class DraftPlan:
     # the draft model stops after the token that takes its running confidence (the product of
     # its probabilities of its picks) below this; 0: never early
     min_confidence: float = 0.0
+    # most tokens a grammar's forced run may give (the decoder sets it for a constrained answer:
+    # forced tokens cost no model, so every step may take them, whatever the controller planned)
+    grammar: int = 0
 
     @property
     def empty(self) -> bool:
-        return self.draft <= 0 and max(self.lookup) <= 0
+        return self.draft <= 0 and max(self.lookup) <= 0 and self.grammar <= 0
 
     def clip(self, n: int) -> DraftPlan:
         """The same plan, no source proposing more than n (the answer's remaining budget)."""
         n = max(n, 0)
-        return DraftPlan(min(self.draft, n), tuple(min(k, n) for k in self.lookup), self.min_confidence)
+        return DraftPlan(min(self.draft, n), tuple(min(k, n) for k in self.lookup), self.min_confidence,
+                         min(self.grammar, n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +77,14 @@ class Proposal:
     # its running confidences), where it has one; the adaptive controller checks it against
     # what was kept, because a small draft is often surer than it is right
     expected_accepted: float | None = None
-    source: str = ""  # DRAFT or LOOKUP; "" when nothing was proposed
+    source: str = ""  # DRAFT, LOOKUP or GRAMMAR; "" when nothing was proposed
     match: int = 0  # LOOKUP: how many tokens the match behind it is long (at most MATCH_MAX)
 
 
 @runtime_checkable
 class Proposer(Protocol):
     name: str
-    # the sources it can draft from (DRAFT, LOOKUP), in the order it tries them: the
+    # the sources it can draft from (GRAMMAR, LOOKUP, DRAFT), in the order it tries them: the
     # controller plans a length for each
     sources: tuple[str, ...]
 
@@ -88,11 +93,15 @@ class Proposer(Protocol):
         proposer that caches work (a draft model's KV cache) may keep what it computed for a
         prefix of it (the next turn of a chat starts with the conversation so far)."""
 
-    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
+    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator,
+                constraint=None) -> Proposal:
         """Tokens continuing `ids` (the committed sequence: prompt + emitted), as many as the
         plan allows its source. A draft model may stop early, after the token that takes its
         confidence in the whole run below `plan.min_confidence`; that decision must depend on
-        the proposer's own state only (so the acceptance rule stays exact)."""
+        the proposer's own state only (so the acceptance rule stays exact). `constraint`: a
+        constrained answer's grammar state (grammar/constraint.py), given by the grammar
+        proposer: a model masks its distributions with it, as the target's are masked; a copying
+        proposer stops before a token it forbids."""
 
     def unread(self, ids: list[int]) -> int:
         """How many tokens of `ids` it would read before proposing (a draft model's catch-up

@@ -86,7 +86,10 @@ class DraftModelProposer:
             return 0
         return min(pending - 1, self._window())
 
-    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
+    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator,
+                constraint=None) -> Proposal:
+        """`constraint`: each row is masked at the grammar's state after the tokens drafted so
+        far, as the target's rows are (q_draft is then the masked distribution it sampled)."""
         k, min_confidence = plan.draft, plan.min_confidence
         if k <= 0:
             return Proposal([])
@@ -114,6 +117,13 @@ class DraftModelProposer:
         expected = 0.0  # the sum of those: the number of these tokens it expects kept
         for _ in range(k):
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
+            if constraint is not None:
+                logits = constraint.mask(logits[None], tokens, first=len(tokens))[0]
+                if not bool(torch.isfinite(logits).any()):
+                    # the draft cannot spell any token the grammar allows here (a reduced head,
+                    # models/draft_vocab.py, lacks them): it has no distribution to sample, so it
+                    # stops, and the target decides this position alone
+                    break
             # the bias and penalties as the target's row at this position has them
             seen = ids + tokens if params.shapes_logits else None
             if params.greedy:

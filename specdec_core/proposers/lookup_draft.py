@@ -30,11 +30,12 @@ class LookupDraftProposer:
         self.draft.reset(keep)
         self.lookup.reset(keep)
 
-    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
-        found = self.lookup.propose(ids, plan, params, rng)
+    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator,
+                constraint=None) -> Proposal:
+        found = self.lookup.propose(ids, plan, params, rng, constraint)
         if found.tokens:
             return found
-        return self.draft.propose(ids, plan, params, rng)
+        return self.draft.propose(ids, plan, params, rng, constraint)
 
     def unread(self, ids: list[int]) -> int:
         return self.draft.unread(ids)  # lookup reads nothing

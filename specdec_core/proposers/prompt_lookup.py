@@ -69,15 +69,19 @@ class PromptLookupProposer:
     def reset(self, keep: list[int] | None = None) -> None:
         pass  # the index follows the committed sequence itself (sync starts over on a new one)
 
-    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator) -> Proposal:
+    def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator,
+                constraint=None) -> Proposal:
         """What followed the longest earlier match of the sequence's end, as long as the plan
-        allows for a match of that length (0: none this step)."""
+        allows for a match of that length (0: none this step) -- and, in a constrained answer, up
+        to the first token the grammar forbids (the target would reject it for certain)."""
         longest = max(plan.lookup)
         if longest <= 0:
             return Proposal([])
         self.index.sync(ids)
         tokens, n = self.index.continuation(longest)
         k = plan.lookup[min(n, MATCH_MAX)] if tokens else 0
+        if constraint is not None and k > 0:
+            k = constraint.valid_prefix(tokens[:k])
         if k <= 0:
             return Proposal([])
         return Proposal(tokens[:k], source=LOOKUP, match=min(n, MATCH_MAX))

@@ -47,6 +47,7 @@ from starlette.routing import Route
 from .. import __version__
 from ..context import ContextError
 from ..contract import EngineError, EngineLike, GenerationLike
+from ..grammar.constraint import GrammarError
 from ..settings import DEFAULT_DRAFT_TOKENS, DEFAULT_PROPOSER, MODES, PROPOSER_KINDS, SettingsError, usable_proposer
 from . import errors
 from .answer import Answer, Done, Failure, Piece
@@ -56,6 +57,7 @@ from .protocol import EXTENSION, OWNED_BY
 from .queue import DecodeQueue, QueuedEngine, QueueFull
 from .requests import Options, TokenizeInput, chat_options, completion_options, infill_options, tokenize_input
 from .responses import Shape, final_ext, sse, tokens_ext, usage
+from .tools import CallStream, has_call_tokens, parse_calls, response_format_grammar, tools_grammar
 
 log = logging.getLogger("specdec.serve")
 
@@ -129,10 +131,11 @@ class Service:
     def prepare(self, opts: Options) -> Prepared:
         e = self.engine
         param = opts.prompt_param
+        use = opts.tool_use if opts.tool_use is not None and opts.tool_use.functions else None
         if opts.infill is not None:
             ids = self._encode_infill(opts)
         else:
-            ids = opts.prompt if isinstance(opts.prompt, list) else self._encode(opts.messages, opts.prompt)
+            ids = opts.prompt if isinstance(opts.prompt, list) else self._encode(opts.messages, opts.prompt, use)
         vocab = e.vocab_size
         if vocab is not None and max(ids) >= vocab:
             raise errors.invalid(f"prompt: token id {max(ids)} is outside the vocabulary (size {vocab})", "prompt")
@@ -151,9 +154,14 @@ class Service:
             settings = opts.settings(budget, e.draft_info is not None)
         except SettingsError as exc:
             raise errors.invalid(str(exc), f"{EXTENSION}.proposer") from None
+        special = has_call_tokens(getattr(e.inner, "tokenizer", None))
+        grammar = response_format_grammar(opts.response_format) or (use and tools_grammar(use, special))
+        settings = settings.replace(grammar=grammar or None)
         cancel = threading.Event()
         try:
             gen = e.generate(ids, settings, cancel=cancel, reuse_cache=opts.reuse_cache)
+        except GrammarError as exc:  # a schema the grammar library refuses, in its words
+            raise errors.invalid(str(exc), "tools" if use else "response_format") from None
         except ContextError as exc:
             raise errors.too_long(str(exc).replace("max-new-tokens", "max_tokens"),
                                   param if exc.prompt_tokens >= exc.context else "max_tokens") from None
@@ -169,15 +177,24 @@ class Service:
                 "logit_bias": {str(t): b for t, b in settings.sampling.logit_bias}, "logprobs": settings.logprobs}
         return Prepared(opts, ids, gen, cancel, echo)
 
-    def _encode(self, messages: list[dict[str, str]] | None, text: str | None) -> list[int]:
+    def _encode(self, messages: list[dict[str, str]] | None, text: str | None, tools=None) -> list[int]:
         """Messages through the chat template, or raw text through the tokenizer alone. A chat
         whose last message is the assistant's is a prefill, as llama-server takes it: the answer
-        continues that message (its turn left open in the prompt) rather than opening a new one."""
+        continues that message (its turn left open in the prompt) rather than opening a new one.
+        `tools` (tools.ToolUse): the functions the template shows the model."""
         if messages is None:
             ids = list(self.engine.encode_text(text))
         else:
+            last = messages[-1]
+            prefill = last["role"] == "assistant" and not last.get("tool_calls")
+            if tools is not None and not hasattr(self.engine.inner, "encode_tool_chat"):
+                raise errors.unsupported("tools", "this engine cannot show tools to its model's template")
             try:
-                ids = list(self.engine.encode_chat(messages, continue_final=messages[-1]["role"] == "assistant"))
+                if tools is None:
+                    ids = list(self.engine.encode_chat(messages, continue_final=prefill))
+                else:  # the local engine's template, with the functions
+                    ids = list(self.engine.inner.encode_tool_chat(messages, tools.template_tools(),
+                                                                   continue_final=prefill))
             except Exception as exc:  # noqa: BLE001 -- a template may refuse a conversation (its roles' order)
                 raise errors.invalid(f"the target's chat template refused these messages: {exc}", "messages") \
                     from None
@@ -319,6 +336,7 @@ class AnswerStream(StreamingResponse):
 
 
 async def _stream(service: Service, p: Prepared, shape: Shape | InfillShape, items: asyncio.Queue) -> AsyncIterator[bytes]:
+    calls = CallStream() if p.options.tool_use is not None and p.options.tool_use.calls else None
     if shape.chat:
         yield sse(shape.role_chunk())
     while True:
@@ -328,7 +346,10 @@ async def _stream(service: Service, p: Prepared, shape: Shape | InfillShape, ite
             yield b": waiting for the engine\n\n"  # a comment: clients skip it, their read timeout restarts
             continue
         if isinstance(item, Piece):
-            yield sse(shape.chunk(item.text, None, tokens_ext(item.tokens, item.running), item.tokens))
+            text, new_calls = (item.text, []) if calls is None else calls.feed(item.text)
+            yield sse(shape.chunk(text, None, tokens_ext(item.tokens, item.running), item.tokens))
+            if new_calls:  # each call whole, once its closing marker came
+                yield sse(shape.calls_chunk(new_calls, calls.sent_calls - len(new_calls)))
         elif isinstance(item, Failure):
             yield sse(errors.internal(item.message).body())
             return
@@ -339,7 +360,12 @@ async def _stream(service: Service, p: Prepared, shape: Shape | InfillShape, ite
                                        code="shutting_down").body())
                 return
             ext = final_ext(item.stats, item.queue_seconds, p.settings, [])
-            yield sse(shape.chunk(None if shape.chat else "", item.finish_reason, ext))
+            finish = item.finish_reason
+            if calls is not None:
+                if calls.flush():
+                    yield sse(shape.chunk(calls.flush(), None, {"tokens": []}))
+                finish = "tool_calls" if calls.calls and finish == "stop" else finish
+            yield sse(shape.chunk(None if shape.chat else "", finish, ext))
             if shape.include_usage:
                 yield sse(shape.usage_chunk(usage(len(p.prompt_ids), item.completion_tokens, item.stats)))
             if shape.done:
@@ -375,9 +401,12 @@ async def _whole(service: Service, request: Request, p: Prepared, shape: Shape |
         if service.closing:
             raise APIError(503, "the server is shutting down", type="server_error", code="shutting_down")
         return Response(status_code=499)  # the client closed the connection: nobody reads this
-    body = shape.response("".join(text), item.finish_reason,
-                          usage(len(p.prompt_ids), item.completion_tokens, item.stats),
-                          final_ext(item.stats, item.queue_seconds, p.settings, tokens), tokens)
+    answer, finish, calls = "".join(text), item.finish_reason, None
+    if p.options.tool_use is not None and p.options.tool_use.calls:
+        calls = parse_calls(answer) or None  # the calls, or the text (auto's other branch, a cut call)
+        finish = "tool_calls" if calls and finish == "stop" else finish
+    body = shape.response(answer, finish, usage(len(p.prompt_ids), item.completion_tokens, item.stats),
+                          final_ext(item.stats, item.queue_seconds, p.settings, tokens), tokens, calls)
     return JSONResponse(body)
 
 

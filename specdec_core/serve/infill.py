@@ -36,7 +36,8 @@ class InfillShape:
             return obj
         return self._final("", finish, ext or {}, [])
 
-    def response(self, text: str, finish: str | None, usage: dict, ext: dict, tokens: list[TokenEvent] = ()) -> dict:
+    def response(self, text: str, finish: str | None, usage: dict, ext: dict, tokens: list[TokenEvent] = (),
+                 calls: list[dict] | None = None) -> dict:  # (an infill is code: it calls no tools)
         return self._final(text, finish, ext, list(tokens), usage)
 
     def _final(self, text: str, finish: str | None, ext: dict, tokens: list[TokenEvent], usage: dict | None = None) -> dict:

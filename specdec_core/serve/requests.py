@@ -2,11 +2,13 @@
 needs: the prompt, the one settings value (settings.DecodeSettings) and what the response should
 look like.
 
+Structured output and tools (response_format, tools, tool_choice, parallel_tool_calls, tool
+messages) are schema_tools.py's fields, and become the answer's grammar in app.py (tools.py).
 What applies is taken (messages / prompt / suffix / llama-server's infill fields, max_tokens /
 max_completion_tokens, temperature, top_p, top_k, min_p, logit_bias, the penalties, logprobs,
 seed, stop, n = 1, stream, stream_options.include_usage, and the `specdec` extension of
-protocol.py); what would change the answer in a way the engine does not do (tools, n > 1, ...)
-is refused rather than ignored; anything else (user, metadata, store, ...) is ignored, as
+protocol.py); what would change the answer in a way the engine does not do (n > 1, ...) is
+refused rather than ignored; anything else (user, metadata, store, ...) is ignored, as
 OpenAI's own clients send such fields freely.
 
 A field of the wrong type is a 422, a value out of range a 400 (errors.py), each naming its
@@ -23,8 +25,9 @@ from dataclasses import dataclass
 
 from ..fim import Infill
 from ..settings import DEFAULT_PROPOSER, DecodeSettings, SamplingParams, usable_proposer
-from .schema import ROLES, ChatCompletionRequest, CompletionRequest, Extension, InfillRequest, Message, \
-    TokenizeChat, TokenizeText, BaseRequest, parse
+from .schema import ROLES, Extension, InfillRequest, Message, TokenizeChat, TokenizeText, BaseRequest, parse
+from .schema_tools import ChatRequest, TextRequest, ToolMessage
+from .tools import ToolUse
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class Options:
     running_stats: bool
     engine_seed: int | None = None  # the engine's seed as it is (a client engine's settings)
     logprobs: int | None = None  # each token's logprob and this many alternatives; None: none
+    response_format: dict | None = None  # None or {"type": "text"}: free text (tools.py)
+    tool_use: ToolUse | None = None  # the functions offered and tool_choice (chat only)
 
     @property
     def chat(self) -> bool:
@@ -79,15 +84,17 @@ class TokenizeInput:
 
 
 def chat_options(body: dict) -> Options:
-    req = parse(ChatCompletionRequest, body)
+    req = parse(ChatRequest, body)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    return _options(req, messages=_conversation(req.messages), prompt=None, logprobs=logprobs)
+    opts = _options(req, messages=_conversation(req.messages), prompt=None, logprobs=logprobs)
+    return dataclasses.replace(opts, response_format=_format(req), tool_use=_tool_use(req))
 
 
 def completion_options(body: dict) -> Options:
-    req = parse(CompletionRequest, body)
+    req = parse(TextRequest, body)
     infill = None if req.suffix is None else Infill(req.prompt, req.suffix)
-    return _options(req, messages=None, prompt=req.prompt, infill=infill, logprobs=req.logprobs)
+    opts = _options(req, messages=None, prompt=req.prompt, infill=infill, logprobs=req.logprobs)
+    return dataclasses.replace(opts, response_format=_format(req))
 
 
 def infill_options(body: dict) -> Options:
@@ -101,6 +108,21 @@ def infill_options(body: dict) -> Options:
     return opts
 
 
+def _format(req: ChatRequest | TextRequest) -> dict | None:
+    return None if req.response_format is None else req.response_format.to_dict()
+
+
+def _tool_use(req: ChatRequest) -> ToolUse | None:
+    if not req.tools:
+        return None
+    choice = req.tool_choice or "auto"
+    functions = tuple(t.function.to_dict() for t in req.tools)
+    several = req.parallel_tool_calls is not False
+    if isinstance(choice, str):
+        return ToolUse(functions, choice, several=several)
+    return ToolUse(functions, "function", choice.function.name, several)
+
+
 def tokenize_input(body: dict) -> TokenizeInput:
     if "messages" in body:
         chat = parse(TokenizeChat, body)
@@ -110,7 +132,9 @@ def tokenize_input(body: dict) -> TokenizeInput:
 
 
 def _conversation(messages: list[Message]) -> list[dict[str, str]]:
-    return [{"role": ROLES[m.role], "content": m.text} for m in messages]
+    """As the chat template takes them; a tool's result and an assistant's calls as theirs."""
+    return [m.to_template() if isinstance(m, ToolMessage) else {"role": ROLES[m.role], "content": m.text}
+            for m in messages]
 
 
 def _options(req: BaseRequest, messages: list[dict[str, str]] | None, prompt: str | list[int] | None,

@@ -45,15 +45,18 @@ class Shape:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
                 "system_fingerprint": None}
 
-    def _choice(self, text: str | None, finish: str | None, streamed: bool, tokens: list[TokenEvent]) -> dict:
+    def _choice(self, text: str | None, finish: str | None, streamed: bool, tokens: list[TokenEvent],
+                calls: list[dict] | None = None) -> dict:
         logprobs = self._logprobs(tokens) if self.logprobs and tokens else None
         if not self.chat:
             return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
         if streamed:
             delta = {} if text is None else {"content": text}
             return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
-        return {"index": 0, "message": {"role": "assistant", "content": text or ""}, "finish_reason": finish,
-                "logprobs": logprobs}
+        message = {"role": "assistant", "content": text or ""}
+        if calls:  # an answer of tool calls has no content
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+        return {"index": 0, "message": message, "finish_reason": finish, "logprobs": logprobs}
 
     def _logprobs(self, tokens: list[TokenEvent]) -> dict:
         """The choice's logprobs object for these tokens (each decoded with them, events.Logprobs)."""
@@ -80,6 +83,13 @@ class Shape:
             obj[EXTENSION] = ext
         return obj
 
+    def calls_chunk(self, calls: list[dict], first_index: int) -> dict:
+        """Tool calls as a streamed delta: each with its index among the answer's calls, its id,
+        name and arguments whole (a client appends the pieces of a call by index; here one piece)."""
+        obj = self.chunk(None, ext={"tokens": []})
+        obj["choices"][0]["delta"] = {"tool_calls": [{"index": first_index + i, **call} for i, call in enumerate(calls)]}
+        return obj
+
     def role_chunk(self) -> dict:
         obj = self.chunk(None, ext={"tokens": []})  # every chunk has the extension: a client reads it alike
         obj["choices"][0]["delta"] = {"role": "assistant", "content": ""}
@@ -93,9 +103,10 @@ class Shape:
         return obj
 
     # -- whole ------------------------------------------------------------------------------
-    def response(self, text: str, finish: str | None, usage: dict, ext: dict, tokens: list[TokenEvent] = ()) -> dict:
+    def response(self, text: str, finish: str | None, usage: dict, ext: dict, tokens: list[TokenEvent] = (),
+                 calls: list[dict] | None = None) -> dict:
         obj = self._object(False)
-        obj["choices"] = [self._choice(text, finish, False, list(tokens))]
+        obj["choices"] = [self._choice(text, finish, False, list(tokens), calls)]
         obj["usage"] = usage
         obj[EXTENSION] = ext
         return obj

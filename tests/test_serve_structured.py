@@ -1,0 +1,207 @@
+"""`specdec serve`'s structured output and tool calls on a tiny pair (structured_models.py: JSON's
+characters, <tool_call> tokens, a Qwen2.5-style tools template), through the official `openai`
+client: `parse()` with a pydantic model, json_schema / json_object in chat and completions, tools
+with every tool_choice (whole and streamed), a tool's result answered; greedy speculative answers
+identical to standard ones; a schema the grammar library refuses is a 400 naming the problem."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import httpx
+import openai
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from specdec_serve import in_process
+from structured_models import save_structured_pair
+
+
+class Pet(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # additionalProperties: false, as strict schemas have it
+
+    name: Literal["cat", "hat"]
+    age: int = Field(ge=0, le=99)
+    tags: list[Literal["on", "is"]] = Field(max_length=2)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "the weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"enum": ["paris", "rome"]}, "days": {
+        "type": "integer", "minimum": 1, "maximum": 9}}, "required": ["city", "days"], "additionalProperties": False}}}
+NOOP = {"type": "function", "function": {"name": "noop", "parameters": {
+    "type": "object", "properties": {}, "additionalProperties": False}}}
+HELLO = [{"role": "user", "content": "the cat"}]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from specdec_core.engines import open_engine
+
+    target, draft = save_structured_pair(tmp_path_factory.mktemp("structured-pair"))
+    return open_engine(str(target), str(draft))
+
+
+@pytest.fixture(scope="module")
+def server(engine):
+    yield from in_process(engine)
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def ext_tokens(obj) -> list[dict]:
+    return obj.model_extra["specdec"]["tokens"]
+
+
+def check_weather_call(call) -> dict:
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name == "get_weather"
+    args = json.loads(call.function.arguments)
+    assert set(args) == {"city", "days"} and args["city"] in ("paris", "rome") and 1 <= args["days"] <= 9
+    return args
+
+
+# -- response_format -------------------------------------------------------------------------------
+def test_parse_with_a_pydantic_model(client, server):
+    r = client.chat.completions.parse(model=server.model, messages=HELLO, response_format=Pet, temperature=0,
+                                      max_tokens=80)
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "stop" and isinstance(msg.parsed, Pet)
+    assert Pet.model_validate_json(msg.content) == msg.parsed
+    sources = [t["source"] for t in ext_tokens(r)]
+    assert sources[0] == "grammar" and sources.count("grammar") >= 8  # '{"name": "', '", "age": ' ... cost no model
+    if hasattr(client, "beta") and hasattr(client.beta.chat.completions, "parse"):  # the older spelling
+        again = client.beta.chat.completions.parse(model=server.model, messages=HELLO, response_format=Pet,
+                                                   temperature=0, max_tokens=80)
+        assert again.choices[0].message.parsed == msg.parsed
+
+
+def test_greedy_structured_answer_is_the_standard_one(client, server):
+    fmt = {"type": "json_schema", "json_schema": {"name": "pet", "schema": Pet.model_json_schema(), "strict": True}}
+    for text in ("the cat", "a hat is on the mat", "is it"):
+        messages = [{"role": "user", "content": text}]
+        spec = client.chat.completions.create(model=server.model, messages=messages, response_format=fmt,
+                                              temperature=0, max_tokens=80)
+        std = client.chat.completions.create(model=server.model, messages=messages, response_format=fmt,
+                                             temperature=0, max_tokens=80, extra_body={"specdec": {"mode": "standard"}})
+        assert [t["id"] for t in ext_tokens(spec)] == [t["id"] for t in ext_tokens(std)]
+        Pet.model_validate_json(spec.choices[0].message.content)
+        assert spec.model_extra["specdec"]["stats"]["target_forward_passes"] < \
+            std.model_extra["specdec"]["stats"]["target_forward_passes"]
+
+
+def test_json_object_answers_are_objects(client, server):
+    finished = 0
+    for seed in range(6):
+        r = client.chat.completions.create(model=server.model, messages=HELLO, response_format={"type": "json_object"},
+                                           temperature=1.0, seed=seed, max_tokens=120)
+        content = r.choices[0].message.content
+        assert content.startswith("{")
+        if r.choices[0].finish_reason == "stop":
+            assert isinstance(json.loads(content), dict)
+            finished += 1
+    assert finished >= 1
+
+
+def test_completions_take_a_json_schema(client, server):
+    r = client.completions.create(model=server.model, prompt="the cat sat", temperature=0, max_tokens=80,
+                                  extra_body={"response_format": {"type": "json_schema", "json_schema": {
+                                      "name": "pet", "schema": Pet.model_json_schema()}}})
+    assert r.choices[0].finish_reason == "stop"
+    Pet.model_validate_json(r.choices[0].text)
+
+
+@pytest.mark.parametrize("body, param, words", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+     "response_format", "nonsense"),
+    ({"response_format": {"type": "xml"}}, "response_format.type", "xml"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, None, "nope"),
+    ({"tools": [{"type": "retrieval"}]}, "tools[0].type", "function"),
+])
+def test_bad_structure_is_a_400_naming_it(server, body, param, words):
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": HELLO, "max_tokens": 4, **body}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and words in err["message"]
+
+
+# -- tools ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_tool_calls_always_parse(client, server, choice):
+    for text in ("the cat", "is it paris"):
+        # one call: a random model that may call again would call until the length limit
+        r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": text}],
+                                           tools=[WEATHER], tool_choice=choice, temperature=0, max_tokens=80,
+                                           parallel_tool_calls=False)
+        msg = r.choices[0].message
+        assert r.choices[0].finish_reason == "tool_calls" and msg.content is None and msg.tool_calls
+        for call in msg.tool_calls:
+            check_weather_call(call)
+
+
+def test_streamed_tool_calls_are_the_whole_answers_calls(client, server):
+    """Parallel calls (the default) of two functions, streamed: one delta per call, by index."""
+    kw = dict(model=server.model, messages=HELLO, tools=[WEATHER, NOOP], tool_choice="required", temperature=0,
+              max_tokens=120)
+    answer = client.chat.completions.create(**kw).choices[0]
+    whole = answer.message.tool_calls
+    assert len(whole) >= 2  # this model calls again and again: the deltas' indexes are exercised
+    calls, finish, content = {}, None, ""
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for d in delta.tool_calls or []:
+            got = calls.setdefault(d.index, {"name": "", "arguments": ""})
+            got["name"] += d.function.name or ""
+            got["arguments"] += d.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    # a call the length limit cut is left out of both (finish_reason says "length")
+    assert finish == answer.finish_reason and content == ""
+    assert [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())] == \
+        [(c.function.name, json.loads(c.function.arguments)) for c in whole]
+
+
+def test_auto_gives_calls_or_text_and_none_gives_text(client, server, engine):
+    marker = engine.tokenizer.convert_tokens_to_ids("<tool_call>")
+    for text in ("the cat", "is it rome"):  # "none": the tools shown, a call's marker never written
+        none = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": text}],
+                                              tools=[WEATHER], tool_choice="none", temperature=0, max_tokens=30)
+        msg = none.choices[0].message
+        assert msg.tool_calls is None and "<tool_call>" not in msg.content
+        assert marker not in [t["id"] for t in ext_tokens(none)]
+    for text in ("the cat", "is it rome", "a hat"):
+        r = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": text}],
+                                           tools=[WEATHER], temperature=0, max_tokens=40)
+        msg = r.choices[0].message
+        if msg.tool_calls:
+            assert msg.content is None and r.choices[0].finish_reason in ("tool_calls", "length")
+            for call in msg.tool_calls:
+                check_weather_call(call)
+        else:
+            assert not msg.content.lstrip().startswith("<tool_call>")
+
+
+def test_a_tool_result_goes_back_through_the_template(client, server, engine):
+    first = client.chat.completions.create(model=server.model, messages=HELLO, tools=[WEATHER],
+                                           tool_choice="required", temperature=0, max_tokens=80,
+                                           parallel_tool_calls=False)
+    call = first.choices[0].message.tool_calls[0]
+    args = check_weather_call(call)
+    messages = HELLO + [first.choices[0].message.model_dump(exclude_none=True),
+                        {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    r = client.chat.completions.create(model=server.model, messages=messages, tools=[WEATHER], tool_choice="none",
+                                       temperature=0, max_tokens=12)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    # the prompt is the template's rendering of the call (arguments as an object) and the result
+    rendered = HELLO + [{"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": call.id}]
+    ids = engine.encode_tool_chat(rendered, [WEATHER])
+    assert r.usage.prompt_tokens == len(ids)
+    text = engine.tokenizer.decode(ids)
+    assert '<tool_call>\n{"name": "get_weather", "arguments": ' in text and "<tool_response>\nsunny" in text
