@@ -301,6 +301,28 @@ def test_x8_refuses_what_it_cannot_take(portable):
     assert portable.lib.sd_matmul(P(x), 1, 256, type_id("Q4_K"), P(raw), 12, raw.shape[1], X8, P(None), P(y), 12, 1) == 2
 
 
+def test_types_outside_the_table_are_refused_everywhere():
+    """The kernel's type table (quants.c) holds exactly sdcpu.h's sd_type ids, in every build;
+    any other id -- or an interleaved layout for a type without one -- is refused by every
+    entry point (SD_EUNSUPPORTED), never read as some other type's blocks."""
+    from specdec_core.cpu.abi import enum
+
+    known = set(enum("sd_type").values())
+    raw = random_blocks("Q8_0", 8, 64, np.random.default_rng(24))
+    x, y, out = np.ones((2, 64), np.float32), np.empty((2, 8), np.float32), np.empty((8, 64), np.float32)
+    for k in [build.load_variant(build.BY_NAME["portable"])] + [build.load_variant(v) for v in SIMD]:
+        lib = k.lib
+        assert {t for t in range(-2, 64) if lib.sd_type_supported(t)} == known, k.name
+        for t in (-1, 4, 9, 15, 31, 1000):  # 4: a retired ggml id; 9: Q8_1 (ggml's, not read here); 15: Q8_K
+            assert lib.sd_matmul(P(x), 2, 64, t, P(raw), 8, raw.shape[1], 0, P(None), P(y), 8, 1) == 1, (k.name, t)
+            assert lib.sd_dequantize(t, P(raw), raw.shape[1], 0, P(None), 8, 64, P(out)) == 1, (k.name, t)
+            assert lib.sd_repack(t, P(raw), raw.shape[1], 8, 64, P(np.empty_like(raw)), X8, 1) == 1, (k.name, t)
+            assert lib.sd_requantize_q4_0(t, P(raw), raw.shape[1], 8, 64, P(np.empty_like(raw)), 0, 1) == 1, (k.name, t)
+        q41 = random_blocks("Q4_1", 8, 64, np.random.default_rng(25))
+        assert lib.sd_matmul(P(x), 2, 64, type_id("Q4_1"), P(q41), 8, q41.shape[1], X8, P(None), P(y), 8, 1) == 1
+        assert lib.sd_matmul(P(x), 2, 64, type_id("Q8_0"), P(raw), 8, raw.shape[1], 7, P(None), P(y), 8, 1) == 1
+
+
 def test_row_map_reads_rows_in_its_order(portable):
     rng = np.random.default_rng(3)
     raw = random_blocks("Q4_K", 8, 256, rng)

@@ -127,6 +127,32 @@ def test_ids_outside_the_vocabulary_are_refused(tok, k_model):
         lean([len(tok) + 1000], 0, lean.new_cache(), 1)
 
 
+def test_a_matrix_without_a_dot_product_is_refused_before_the_pass(tok, k_model):
+    """A type id the kernel's table has no entry for, an interleaved layout on a type without
+    one (Q5_K), a layout id that is neither, or an interleaved embedding: the pass is refused
+    (SD_EUNSUPPORTED, one clear error) before anything is computed -- never another type's
+    kernel on those blocks -- and the cache is as it was; the model, put back, runs."""
+    lean = lean_mod.LeanForward(k_model.model)
+    ids = _ids(tok, 6)
+    cache = lean.new_cache()
+    want = lean(ids[:4], 0, cache, 1)
+    keys = cache.keys.clone()
+    up, embd = lean._struct.layers[1].wup, lean._struct.tok_embd
+    q5_k = 13  # sd_type's SD_Q5_K: no interleaved layout
+    for mat, changes in ((up, {"type": 9}), (up, {"type": 31}), (up, {"type": -1}), (up, {"type": q5_k, "layout": X8}),
+                         (up, {"layout": 7}), (embd, {"layout": X8})):
+        before = {k: getattr(mat, k) for k in changes}
+        for k, v in changes.items():
+            setattr(mat, k, v)
+        with pytest.raises(RuntimeError, match="no dot product"):
+            lean(ids[4:6], 4, cache, 2)
+        for k, v in before.items():
+            setattr(mat, k, v)
+        assert torch.equal(cache.keys, keys), changes  # not even the keys of positions 4 and 5
+    again = lean.new_cache()
+    assert torch.equal(lean(ids[:4], 0, again, 1), want)
+
+
 def test_families_it_does_not_cover_keep_transformers_forward(tmp_path, tok):
     loaded = cm.load(write_gguf(tmp_path / "q.gguf", make_model(len(tok), seed=3), tok), None)
     loaded.model.config.hidden_act = "gelu"

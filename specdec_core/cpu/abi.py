@@ -56,8 +56,3 @@ def ptr(x) -> object:
     if hasattr(x, "data_ptr"):  # torch
         return ffi.cast("void *", x.data_ptr())
     return ffi.cast("void *", x.ctypes.data)  # numpy
-
-
-def address(p) -> int:
-    """A cdata pointer's address (for code that needs the number, e.g. another loader)."""
-    return int(ffi.cast("uintptr_t", p))

@@ -38,7 +38,7 @@ from pathlib import Path
 from . import abi
 
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = ("quants.c", "forward.c", "features.c")
+SOURCES = ("blocks.c", "quants.c", "forward.c", "features.c")
 HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h", "x8_neon.h")
 SHIPPED = KERNELS / "lib"
 ENV = "SPECDEC_CPU_KERNEL"
@@ -131,18 +131,17 @@ def library_name(variant: Variant) -> str:
     return f"sdcpu-{variant.name}-{h.hexdigest()[:12]}{suffix}"
 
 
-def build(variant: Variant, dest: Path, cc: list[str] | None = None) -> Path:
-    """Compile one variant into dest/<library_name>; RuntimeError with the compiler's last
-    line on failure. Written under a temporary name first: never a half-written library."""
+def compile_library(variant: Variant, sources: list[Path], out: Path, cc: list[str] | None = None) -> Path:
+    """Compile C `sources` with the variant's flags into the library `out` (written under a
+    temporary name first: never a half-written library); RuntimeError with the compiler's last
+    line on failure."""
     cc = cc or compiler()
     if not cc:
         raise RuntimeError("no C compiler found (install gcc or clang, or set CC)")
-    dest.mkdir(parents=True, exist_ok=True)
-    out = dest / library_name(variant)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.partial-{os.getpid()}")
     omp_c, omp_l = _openmp_flags(cc)
-    cmd = [*cc, *COMMON, *variant.flags, *omp_c, *(str(KERNELS / s) for s in _sources(variant)), "-o", str(tmp),
-           "-lm", *omp_l]
+    cmd = [*cc, *COMMON, *variant.flags, *omp_c, *(str(s) for s in sources), "-o", str(tmp), "-lm", *omp_l]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -150,6 +149,11 @@ def build(variant: Variant, dest: Path, cc: list[str] | None = None) -> Path:
         raise RuntimeError(f"{Path(cc[0]).name} failed for the {variant.name} kernel: {last}")
     os.replace(tmp, out)
     return out
+
+
+def build(variant: Variant, dest: Path, cc: list[str] | None = None) -> Path:
+    """Compile one variant of this checkout's kernel into dest/<library_name>."""
+    return compile_library(variant, [KERNELS / s for s in _sources(variant)], dest / library_name(variant), cc)
 
 
 def find_or_build(variant: Variant) -> Path:

@@ -23,7 +23,7 @@ from .build import kernel
 from .abi import enum, ffi, ptr
 from .linear import ROWS, X8, GGUFEmbedding, GGUFLinear, GGUFMatrix
 
-ETOKEN = enum("sd_status")["SD_ETOKEN"]
+ETOKEN, EUNSUPPORTED = (enum("sd_status")[n] for n in ("SD_ETOKEN", "SD_EUNSUPPORTED"))
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -220,6 +220,8 @@ class LeanForward:
                                      ptr(logits), logits_to_keep, torch.get_num_threads())
         if rc == ETOKEN:
             raise ValueError(f"a token id outside the vocabulary (0..{self._struct.tok_embd.rows - 1})")
+        if rc == EUNSUPPORTED:
+            raise RuntimeError("the CPU kernel has no dot product for one of the model's matrices (its type or layout)")
         if rc:
             raise RuntimeError(f"the CPU forward failed (code {rc})")
         return logits

@@ -17,10 +17,8 @@ blocks: before and after in one process.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -35,20 +33,14 @@ def _embedded_path(role: str) -> Path:
     return assembled_path(EMBEDDED[role])
 
 
-def _old_library(src: Path, variant) -> ctypes.CDLL:
-    """The kernel of an older checkout (its kernels/ folder), built with this build's flags."""
-    from . import build
+def _old_library(src: Path, variant):
+    """The kernel of an older checkout (every C file of its kernels/ folder), built with this
+    build's flags and opened through this checkout's ABI (abi.py: sdcpu.h's one declaration of
+    sd_forward and sd_model), which the older kernel must share."""
+    from . import abi, build
 
     out = Path(tempfile.mkdtemp(prefix="sd-before-")) / f"old-{variant.name}.so"
-    omp_c, omp_l = build._openmp_flags(build.compiler())
-    cmd = [*build.compiler(), *build.COMMON, *variant.flags, *omp_c,
-           *(str(src / s) for s in ("quants.c", "forward.c", "features.c")), "-o", str(out), "-lm", *omp_l]
-    subprocess.run(cmd, check=True, capture_output=True)
-    lib = ctypes.CDLL(str(out))
-    lib.sd_forward.restype = ctypes.c_int
-    lib.sd_forward.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                               ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int]
-    return lib
+    return abi.open_library(build.compile_library(variant, sorted(src.glob("*.c")), out))
 
 
 def _wait_idle(limit: float) -> bool:
@@ -106,9 +98,6 @@ def main(argv: list[str] | None = None) -> None:
     times: dict[tuple[str, int], list[float]] = {}
     idle = waited = 0
     def forward(lib, lf, cache, idv, n, start, logits, keep):
-        if isinstance(lib, ctypes.CDLL):  # an older kernel, opened through ctypes
-            return lib.sd_forward(abi.address(lf._struct), cache.keys.data_ptr(), cache.values.data_ptr(), cache.capacity,
-                                  idv.ctypes.data, n, start, logits.data_ptr(), keep, args.threads)
         return lib.sd_forward(lf._struct, abi.ptr(cache.keys), abi.ptr(cache.values), cache.capacity, abi.ptr(idv), n,
                               start, abi.ptr(logits), keep, args.threads)
 

@@ -115,7 +115,7 @@ SD_INLINE void nkrow(const nkblock* k, const int8_t* x, const int16_t* bs, int32
 SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y,
                      int64_t ldy) {
   const int64_t nb = K / QKK, ns = K / 16;
-  const int bb = sd_blk_bytes(TYPE);
+  const int bb = type_traits[TYPE].type_size;
   float acc[SD_MB] = {0};
   nkblock k;
   for (int64_t b = 0; b < nb; b++) {
@@ -133,12 +133,6 @@ SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = acc[m];
-}
-
-static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
-  if (type == SD_Q4_K) row_k(SD_Q4_K, wrow, K, a, M, y, ldy);
-  else if (type == SD_Q5_K) row_k(SD_Q5_K, wrow, K, a, M, y, ldy);
-  else row_k(SD_Q6_K, wrow, K, a, M, y, ldy);
 }
 
 /* ---------------------------------------------------------------- 32-element blocks */
@@ -215,14 +209,4 @@ SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = tree8(lanes + 8 * m);
-}
-
-static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
-  switch (type) {
-    case SD_Q4_0: row_b(SD_Q4_0, wrow, K, a, M, y, ldy); break;
-    case SD_Q4_1: row_b(SD_Q4_1, wrow, K, a, M, y, ldy); break;
-    case SD_Q5_0: row_b(SD_Q5_0, wrow, K, a, M, y, ldy); break;
-    case SD_Q5_1: row_b(SD_Q5_1, wrow, K, a, M, y, ldy); break;
-    default: row_b(SD_Q8_0, wrow, K, a, M, y, ldy); break;
-  }
 }

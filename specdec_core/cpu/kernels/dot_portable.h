@@ -109,7 +109,7 @@ static void prep_b(int type, const uint8_t* blocks, int nb, bprep* p) {
         q[j] = (uint8_t)((qs[j] & 0xF) | (((qh >> j) & 1) << 4));
         q[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
       }
-    } else { /* Q8_0 */
+    } else if (type == SD_Q8_0) {
       const blk_q8_0* b = (const blk_q8_0*)blocks + i;
       p->d[i] = sd_fp16_to_fp32(b->d);
       for (int j = 0; j < 32; j++) p->s[32 * i + j] = b->qs[j];
@@ -118,9 +118,9 @@ static void prep_b(int type, const uint8_t* blocks, int nb, bprep* p) {
 }
 
 
-static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
+static void row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
   const int64_t nb = K / QKK;
-  const int bb = sd_blk_bytes(type);
+  const int bb = type_traits[type].type_size;
   float acc[SD_MB] = {0};
   kprep p;
   for (int64_t b = 0; b < nb; b++) {
@@ -147,9 +147,9 @@ static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, 
   for (int64_t m = 0; m < M; m++) y[m * ldy] = acc[m];
 }
 
-static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
+static void row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
   const int64_t nb = K / QK, ng = (nb + 7) / 8;
-  const int bb = sd_blk_bytes(type);
+  const int bb = type_traits[type].type_size;
   float lanes[8 * SD_MB] = {0};
   bprep p;
   for (int64_t g = 0; g < ng; g++) {

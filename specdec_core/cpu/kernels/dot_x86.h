@@ -191,7 +191,7 @@ SD_INLINE __m256 kgroup(const int TYPE, const int R, const uint8_t* blk, const s
 SD_INLINE void row_small(const int TYPE, const int R, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t m0,
                          float* y, int64_t ldy) {
   const int64_t nb = K / QKK, ns = K / 16;
-  const int bb = sd_blk_bytes(TYPE);
+  const int bb = type_traits[TYPE].type_size;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t b = 0; b < nb; b++) {
     __m256i s[8], t[8];
@@ -217,7 +217,7 @@ SD_INLINE void row_small(const int TYPE, const int R, const uint8_t* wrow, int64
 SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y,
                      int64_t ldy) {
   const int64_t nb = K / QKK;
-  const int bb = sd_blk_bytes(TYPE);
+  const int bb = type_traits[TYPE].type_size;
   int64_t m0 = 0;
   for (; M - m0 >= 5; m0 += 8) {
     const int R = M - m0 < 8 ? (int)(M - m0) : 8;
@@ -247,12 +247,6 @@ SD_INLINE void row_k(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     case 1: row_small(TYPE, 1, wrow, K, a, m0, y, ldy); break;
     default: break;
   }
-}
-
-static void mm_row_k(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
-  if (type == SD_Q4_K) row_k(SD_Q4_K, wrow, K, a, M, y, ldy);
-  else if (type == SD_Q5_K) row_k(SD_Q5_K, wrow, K, a, M, y, ldy);
-  else row_k(SD_Q6_K, wrow, K, a, M, y, ldy);
 }
 
 /* ---------------------------------------------------------------- 32-element blocks */
@@ -318,7 +312,7 @@ SD_INLINE __m256 bfinish(const int TYPE, const __m256i v[8], const sd_act* a, in
 
 SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
   const int64_t nb = K / QK, ng = (nb + 7) / 8;
-  const int bb = sd_blk_bytes(TYPE), with_min = TYPE == SD_Q4_1 || TYPE == SD_Q5_1;
+  const int bb = type_traits[TYPE].type_size, with_min = TYPE == SD_Q4_1 || TYPE == SD_Q5_1;
   if (M == 1) { /* codes straight from the blocks into the dot: no unpacked copy */
     __m256 lanes = _mm256_setzero_ps();
     for (int64_t gi = 0; gi < ng; gi++) {
@@ -368,14 +362,4 @@ SD_INLINE void row_b(const int TYPE, const uint8_t* wrow, int64_t K, const sd_ac
     }
   }
   for (int64_t m = 0; m < M; m++) y[m * ldy] = tree8_v(_mm256_loadu_ps(lanes + 8 * m));
-}
-
-static void mm_row_b(int type, const uint8_t* wrow, int64_t K, const sd_act* a, int64_t M, float* y, int64_t ldy) {
-  switch (type) {
-    case SD_Q4_0: row_b(SD_Q4_0, wrow, K, a, M, y, ldy); break;
-    case SD_Q4_1: row_b(SD_Q4_1, wrow, K, a, M, y, ldy); break;
-    case SD_Q5_0: row_b(SD_Q5_0, wrow, K, a, M, y, ldy); break;
-    case SD_Q5_1: row_b(SD_Q5_1, wrow, K, a, M, y, ldy); break;
-    default: row_b(SD_Q8_0, wrow, K, a, M, y, ldy); break;
-  }
 }

@@ -44,7 +44,7 @@ static void prof_dump(void) {
 #define PROF_END(i) do { if (prof_on > 0) { double _n = now_s(); prof_t[i] += _n - _pt; _pt = _n; } } while (0)
 
 typedef struct {
-  int fail; /* a kernel's allocation failed: the pass reports SD_ENOMEM */
+  int fail; /* a kernel failed (SD_ENOMEM): the pass reports its code */
   sd_act a256, a32;
   float *x, *h, *q, *k, *v, *att, *g, *u, *tmp, *scores, *cs, *sn;
 } work;
@@ -64,11 +64,12 @@ static void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, fl
    activation format, and the threads split the concatenated output rows */
 static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, const float* x, int64_t T, int64_t K,
                          work* wk, int nt) {
-  int need256 = 0, need32 = 0;
+  sd_from_float *q256 = NULL, *q32 = NULL; /* how each activation format is made, where one is needed */
   int64_t nch[4], chunks = 0;
   for (int i = 0; i < nw; i++) {
-    need256 |= sd_act_blk(ws[i]->type) == QKK;
-    need32 |= sd_act_blk(ws[i]->type) == QK;
+    const sd_type_traits* t = sd_traits(ws[i]->type); /* sd_forward checked every matrix */
+    if (t->act_blk == QKK) q256 = t->from_float;
+    if (t->act_blk == QK) q32 = t->from_float;
     nch[i] = (ws[i]->rows + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK;
     chunks += nch[i];
   }
@@ -81,8 +82,8 @@ static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, co
     const int t = 0, TT = 1;
 #endif
     const int64_t r0 = T * t / TT, r1 = T * (t + 1) / TT;
-    if (need256) sd_quantize_rows(x + r0 * K, r1 - r0, K, QKK, &wk->a256, r0);
-    if (need32) sd_quantize_rows(x + r0 * K, r1 - r0, K, QK, &wk->a32, r0);
+    if (q256) q256(x + r0 * K, r1 - r0, K, &wk->a256, r0);
+    if (q32) q32(x + r0 * K, r1 - r0, K, &wk->a32, r0);
 #pragma omp barrier
     /* chunks of output rows handed out as threads come free: where another program takes a
        core for a while, the other thread carries on instead of waiting for a fixed half */
@@ -92,10 +93,11 @@ static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, co
       int64_t cc = c;
       while (cc >= nch[i]) cc -= nch[i++];
       const int64_t rows = ws[i]->rows, lo = cc * SD_ROW_CHUNK, hi = lo + SD_ROW_CHUNK < rows ? lo + SD_ROW_CHUNK : rows;
-      const sd_act* a = sd_act_blk(ws[i]->type) == QKK ? &wk->a256 : &wk->a32;
-      if (sd_mm_rows(ws[i], NULL, a, x, T, lo, hi, outs[i], rows)) {
+      const sd_act* a = sd_traits(ws[i]->type)->act_blk == QKK ? &wk->a256 : &wk->a32;
+      const int rc = sd_mm_rows(ws[i], NULL, a, x, T, lo, hi, outs[i], rows);
+      if (rc) {
 #pragma omp atomic write
-        wk->fail = 1;
+        wk->fail = rc;
       }
     }
   }
@@ -201,7 +203,7 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
   for (int64_t t = 0; t < T; t++) {
     const int64_t id = ids[t];
     if (id < 0 || id >= m->tok_embd.rows) return SD_ETOKEN;
-    sd_dequantize_row(m->tok_embd.type, (const uint8_t*)m->tok_embd.data + id * m->tok_embd.row_bytes, D, w->x + t * D);
+    sd_traits(m->tok_embd.type)->to_float((const uint8_t*)m->tok_embd.data + id * m->tok_embd.row_bytes, D, w->x + t * D);
   }
   const int64_t half = hd / 2;
   for (int64_t t = 0; t < T; t++)
@@ -275,12 +277,27 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
     matmul_group(1, ws, outs, w->h, n, D, w, nt);
   }
   PROF_END(5);
-  return w->fail ? SD_ENOMEM : 0;
+  return w->fail;
+}
+
+/* every matrix the kernel multiplies (and the embedding it looks rows up in), as it is laid out,
+   before anything is computed: SD_OK, or the first refusal (sd_mat_check's codes) */
+static int check_matrices(const sd_model* m) {
+  if (!sd_traits(m->tok_embd.type) || m->tok_embd.layout != SD_LAYOUT_ROWS) return SD_EUNSUPPORTED;
+  int rc = sd_mat_check(&m->output);
+  for (int l = 0; l < m->n_layers && !rc; l++) {
+    const sd_layer* L = m->layers + l;
+    const sd_mat* ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wgate, &L->wup, &L->wdown};
+    for (int i = 0; i < 7 && !rc; i++) rc = sd_mat_check(ws[i]);
+  }
+  return rc;
 }
 
 SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capacity, const int32_t* ids, int64_t T,
                          int64_t start, float* logits, int64_t n_logits, int nthreads) {
   if (T < 1 || n_logits < 0 || n_logits > T || start + T > capacity) return SD_ESHAPE;
+  const int bad = check_matrices(m);
+  if (bad) return bad;
   if (nthreads < 1) nthreads = 1;
   const int64_t C = T < CHUNK ? T : CHUNK;
   const int64_t D = m->d_model, F = m->d_ff, hd = m->head_dim;

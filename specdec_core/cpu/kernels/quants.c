@@ -40,246 +40,6 @@
 #define SD_ARM 1
 #endif
 
-/* ------------------------------------------------------------------ scalars and formats */
-
-void* sd_alloc(size_t n) {
-#if defined(_WIN32)
-  return _aligned_malloc(n ? n : 1, 64);
-#else
-  void* p = NULL;
-  return posix_memalign(&p, 64, n ? n : 1) == 0 ? p : NULL;
-#endif
-}
-
-void sd_free(void* p) {
-#if defined(_WIN32)
-  _aligned_free(p);
-#else
-  free(p);
-#endif
-}
-
-float sd_fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (man << 13); /* inf / nan */
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else { /* subnormal half: normalise */
-    exp = 113;
-    while (!(man & 0x400)) { man <<= 1; exp--; }
-    bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-SD_INLINE float bf16_to_fp32(uint16_t h) {
-  const uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-/* Q4_K / Q5_K's 6-bit scale and min of sub-block j (llama.cpp's get_scale_min_k4) */
-SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
-/* ------------------------------------------------------------------ dequantizing (lookups, tests)
-   The values gguf-py's dequantize gives, bit for bit (each * and - one rounding, in its order).
-   One function per type, K elements of a row (whole blocks). */
-
-static void deq_f32(const void* row, int64_t K, float* y) { memcpy(y, row, (size_t)K * 4); }
-
-static void deq_f16(const void* row, int64_t K, float* y) {
-  for (int64_t i = 0; i < K; i++) y[i] = sd_fp16_to_fp32(((const uint16_t*)row)[i]);
-}
-
-static void deq_bf16(const void* row, int64_t K, float* y) {
-  for (int64_t i = 0; i < K; i++) y[i] = bf16_to_fp32(((const uint16_t*)row)[i]);
-}
-
-static void deq_q4_0(const void* row, int64_t K, float* y) {
-  for (const blk_q4_0* b = row; K > 0; b++, K -= QK, y += QK) {
-    const float d = sd_fp16_to_fp32(b->d);
-    for (int j = 0; j < 16; j++) {
-      y[j] = d * (float)((b->qs[j] & 0xF) - 8);
-      y[j + 16] = d * (float)((b->qs[j] >> 4) - 8);
-    }
-  }
-}
-
-static void deq_q4_1(const void* row, int64_t K, float* y) {
-  for (const blk_q4_1* b = row; K > 0; b++, K -= QK, y += QK) {
-    const float d = sd_fp16_to_fp32(b->d), m = sd_fp16_to_fp32(b->m);
-    for (int j = 0; j < 16; j++) {
-      y[j] = d * (float)(b->qs[j] & 0xF) + m;
-      y[j + 16] = d * (float)(b->qs[j] >> 4) + m;
-    }
-  }
-}
-
-/* Q5_0 / Q5_1: the 32 codes of a block, the fifth bits from qh */
-SD_INLINE void q5_codes(const uint8_t* qs, const uint8_t* qh8, int* lo, int* hi) {
-  const uint32_t qh = (uint32_t)qh8[0] | ((uint32_t)qh8[1] << 8) | ((uint32_t)qh8[2] << 16) | ((uint32_t)qh8[3] << 24);
-  for (int j = 0; j < 16; j++) {
-    lo[j] = (qs[j] & 0xF) | (((qh >> j) & 1) << 4);
-    hi[j] = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-  }
-}
-
-static void deq_q5_0(const void* row, int64_t K, float* y) {
-  for (const blk_q5_0* b = row; K > 0; b++, K -= QK, y += QK) {
-    const float d = sd_fp16_to_fp32(b->d);
-    int lo[16], hi[16];
-    q5_codes(b->qs, b->qh, lo, hi);
-    for (int j = 0; j < 16; j++) {
-      y[j] = d * (float)(lo[j] - 16);
-      y[j + 16] = d * (float)(hi[j] - 16);
-    }
-  }
-}
-
-static void deq_q5_1(const void* row, int64_t K, float* y) {
-  for (const blk_q5_1* b = row; K > 0; b++, K -= QK, y += QK) {
-    const float d = sd_fp16_to_fp32(b->d), m = sd_fp16_to_fp32(b->m);
-    int lo[16], hi[16];
-    q5_codes(b->qs, b->qh, lo, hi);
-    for (int j = 0; j < 16; j++) {
-      y[j] = d * (float)lo[j] + m;
-      y[j + 16] = d * (float)hi[j] + m;
-    }
-  }
-}
-
-static void deq_q8_0(const void* row, int64_t K, float* y) {
-  for (const blk_q8_0* b = row; K > 0; b++, K -= QK, y += QK) {
-    const float d = sd_fp16_to_fp32(b->d);
-    for (int j = 0; j < QK; j++) y[j] = d * (float)b->qs[j];
-  }
-}
-
-/* Q4_K and Q5_K: qh NULL for Q4_K */
-SD_INLINE void deq_k45(uint16_t dh, uint16_t dminh, const uint8_t* sc, const uint8_t* qs, const uint8_t* qh, float* y) {
-  const float d = sd_fp16_to_fp32(dh), dmin = sd_fp16_to_fp32(dminh);
-  for (int c = 0; c < 4; c++) {
-    for (int half = 0; half < 2; half++) {
-      int s, m;
-      scale_min_k4(2 * c + half, sc, &s, &m);
-      const float d1 = d * (float)s, m1 = dmin * (float)m;
-      for (int l = 0; l < 32; l++) {
-        int q = half ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0xF;
-        if (qh) q |= ((qh[l] >> (2 * c + half)) & 1) << 4;
-        *y++ = d1 * (float)q - m1;
-      }
-    }
-  }
-}
-
-static void deq_q4_K(const void* row, int64_t K, float* y) {
-  for (const blk_q4_K* b = row; K > 0; b++, K -= QKK, y += QKK) deq_k45(b->d, b->dmin, b->scales, b->qs, NULL, y);
-}
-
-static void deq_q5_K(const void* row, int64_t K, float* y) {
-  for (const blk_q5_K* b = row; K > 0; b++, K -= QKK, y += QKK) deq_k45(b->d, b->dmin, b->scales, b->qs, b->qh, y);
-}
-
-static void deq_q6_K(const void* row, int64_t K, float* y) {
-  for (const blk_q6_K* b = row; K > 0; b++, K -= QKK) {
-    const float d = sd_fp16_to_fp32(b->d);
-    for (int half = 0; half < 2; half++, y += 128) {
-      const uint8_t* ql = b->ql + 64 * half;
-      const uint8_t* qh = b->qh + 32 * half;
-      const int8_t* sc = b->scales + 8 * half;
-      for (int l = 0; l < 32; l++) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * (float)sc[is] * (float)q1;
-        y[l + 32] = d * (float)sc[is + 2] * (float)q2;
-        y[l + 64] = d * (float)sc[is + 4] * (float)q3;
-        y[l + 96] = d * (float)sc[is + 6] * (float)q4;
-      }
-    }
-  }
-}
-
-/* What the kernel knows of each type (ggml's type_traits, for the types it reads): elements and
-   bytes per block, the activation block it takes (256, 32, or 0: float activations), whether
-   it has an interleaved layout, and its dequantizer. */
-typedef struct {
-  int elems, bytes, act_blk, x8;
-  void (*dequantize)(const void* row, int64_t K, float* y);
-} type_traits;
-
-static const type_traits* traits(int type) {
-  static const type_traits t_f32 = {1, 4, 0, 0, deq_f32}, t_f16 = {1, 2, 0, 0, deq_f16}, t_bf16 = {1, 2, 0, 0, deq_bf16},
-                           t_q4_0 = {QK, sizeof(blk_q4_0), QK, 1, deq_q4_0}, t_q4_1 = {QK, sizeof(blk_q4_1), QK, 0, deq_q4_1},
-                           t_q5_0 = {QK, sizeof(blk_q5_0), QK, 1, deq_q5_0}, t_q5_1 = {QK, sizeof(blk_q5_1), QK, 0, deq_q5_1},
-                           t_q8_0 = {QK, sizeof(blk_q8_0), QK, 1, deq_q8_0},
-                           t_q4_K = {QKK, sizeof(blk_q4_K), QKK, 1, deq_q4_K}, t_q5_K = {QKK, sizeof(blk_q5_K), QKK, 0, deq_q5_K},
-                           t_q6_K = {QKK, sizeof(blk_q6_K), QKK, 1, deq_q6_K};
-  switch (type) {
-    case SD_F32: return &t_f32;
-    case SD_F16: return &t_f16;
-    case SD_BF16: return &t_bf16;
-    case SD_Q4_0: return &t_q4_0;
-    case SD_Q4_1: return &t_q4_1;
-    case SD_Q5_0: return &t_q5_0;
-    case SD_Q5_1: return &t_q5_1;
-    case SD_Q8_0: return &t_q8_0;
-    case SD_Q4_K: return &t_q4_K;
-    case SD_Q5_K: return &t_q5_K;
-    case SD_Q6_K: return &t_q6_K;
-    default: return NULL;
-  }
-}
-
-int sd_blk_elems(int type) { return traits(type) ? traits(type)->elems : 0; }
-int sd_blk_bytes(int type) { return traits(type) ? traits(type)->bytes : 0; }
-int sd_act_blk(int type) { return traits(type) ? traits(type)->act_blk : 0; }
-int sd_x8_type(int type) { return traits(type) ? traits(type)->x8 : 0; }
-SD_EXPORT int sd_type_supported(int type) { return traits(type) != NULL; }
-SD_EXPORT int sd_x8_supported(int type) { return sd_x8_type(type); }
-
-SD_EXPORT int sd_abi_layout(int64_t* out, int n) {
-#define L(x) (int64_t)(x)
-  const int64_t v[] = {
-      L(sizeof(sd_mat)), L(offsetof(sd_mat, row_bytes)), L(offsetof(sd_mat, type)), L(offsetof(sd_mat, layout)),
-      L(sizeof(sd_layer)), L(offsetof(sd_layer, wq)), L(offsetof(sd_layer, wdown)), L(offsetof(sd_layer, bq)),
-      L(offsetof(sd_layer, k_norm)),
-      L(sizeof(sd_model)), L(offsetof(sd_model, rms_eps)), L(offsetof(sd_model, inv_freq)), L(offsetof(sd_model, tok_embd)),
-      L(offsetof(sd_model, output)), L(offsetof(sd_model, output_norm)), L(offsetof(sd_model, layers))};
-#undef L
-  const int k = (int)(sizeof v / sizeof v[0]);
-  for (int i = 0; i < n && i < k; i++) out[i] = v[i];
-  return k;
-}
-/* 1 where this build multiplies x8 matrices with kernels of their own; 0 where it unpacks each
-   row for the row kernel (right, but slower than the file's rows: the loader keeps those) */
-SD_EXPORT int sd_x8_native(void) {
-#if SD_X86 || SD_ARM
-  return 1;
-#else
-  return 0;
-#endif
-}
-
-void sd_dequantize_row(int type, const void* row, int64_t K, float* y) { traits(type)->dequantize(row, K, y); }
-
 /* ------------------------------------------------------------------ tree8 float sums */
 
 SD_INLINE float tree8(const float l[8]) {
@@ -501,202 +261,166 @@ SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, in
   sd_quantize_rows(x, M, K, blk, &a, 0);
 }
 
+static void act_from_float_32(const float* x, int64_t M, int64_t K, sd_act* out, int64_t row0) {
+  sd_quantize_rows(x, M, K, QK, out, row0);
+}
+static void act_from_float_256(const float* x, int64_t M, int64_t K, sd_act* out, int64_t row0) {
+  sd_quantize_rows(x, M, K, QKK, out, row0);
+}
+
+/* ------------------------------------------------------------------ the type traits
+   The one table of what the kernel does with each block type (sdcpu.h's sd_type_traits), ahead
+   of the kernels so that their block sizes are constants where they read them. The dot
+   products are this build's: vec_dot_<type> is the instruction set's row_k / row_b for that
+   type and vec_dot_x8_<type> its mm_x8_k / mm_x8_b (instanced below the includes); the float
+   types' are here. An id with no entry is refused: sd_traits gives NULL. */
+
+static sd_vec_dot vec_dot_f32, vec_dot_f16, vec_dot_bf16, vec_dot_q4_0, vec_dot_q4_1, vec_dot_q5_0, vec_dot_q5_1,
+    vec_dot_q8_0, vec_dot_q4_K, vec_dot_q5_K, vec_dot_q6_K;
+static sd_vec_dot_x8 vec_dot_x8_q4_0, vec_dot_x8_q5_0, vec_dot_x8_q8_0, vec_dot_x8_q4_K, vec_dot_x8_q6_K;
+
+/* a type's entry from its name (blk_<t>, sd_to_float_<t>, vec_dot_<t>, ...): float weights take
+   float rows; block types take 8-bit activations in blocks of `act`; _X8: it also interleaves */
+#define FLOAT_TYPE(T, bytes) {1, bytes, 0, NULL, sd_to_float_##T, vec_dot_##T, NULL, NULL}
+#define BLOCK_TYPE(T, elems, act) {elems, (int)sizeof(blk_##T), act, act_from_float_##act, sd_to_float_##T, vec_dot_##T, NULL, NULL}
+#define BLOCK_TYPE_X8(T, elems, act) \
+  {elems, (int)sizeof(blk_##T), act, act_from_float_##act, sd_to_float_##T, vec_dot_##T, sd_x8_map_##T, vec_dot_x8_##T}
+
+static const sd_type_traits type_traits[SD_TYPE_COUNT] = {
+    [SD_F32] = FLOAT_TYPE(f32, 4),
+    [SD_F16] = FLOAT_TYPE(f16, 2),
+    [SD_BF16] = FLOAT_TYPE(bf16, 2),
+    [SD_Q4_0] = BLOCK_TYPE_X8(q4_0, QK, 32),
+    [SD_Q4_1] = BLOCK_TYPE(q4_1, QK, 32),
+    [SD_Q5_0] = BLOCK_TYPE_X8(q5_0, QK, 32),
+    [SD_Q5_1] = BLOCK_TYPE(q5_1, QK, 32),
+    [SD_Q8_0] = BLOCK_TYPE_X8(q8_0, QK, 32),
+    [SD_Q4_K] = BLOCK_TYPE_X8(q4_K, QKK, 256),
+    [SD_Q5_K] = BLOCK_TYPE(q5_K, QKK, 256),
+    [SD_Q6_K] = BLOCK_TYPE_X8(q6_K, QKK, 256),
+};
+#undef FLOAT_TYPE
+#undef BLOCK_TYPE
+#undef BLOCK_TYPE_X8
+
+const sd_type_traits* sd_traits(int type) {
+  return type >= 0 && type < SD_TYPE_COUNT && type_traits[type].vec_dot ? &type_traits[type] : NULL;
+}
+
+int sd_mat_check(const sd_mat* w) {
+  const sd_type_traits* t = sd_traits(w->type);
+  if (!t || (w->layout != SD_LAYOUT_ROWS && w->layout != SD_LAYOUT_X8)) return SD_EUNSUPPORTED;
+  if (w->layout == SD_LAYOUT_X8 && !t->vec_dot_x8) return SD_EUNSUPPORTED;
+  if (w->cols % t->blck_size || (w->layout == SD_LAYOUT_X8 && w->rows % 8)) return SD_ESHAPE;
+  return SD_OK;
+}
+
+SD_EXPORT int sd_type_supported(int type) { return sd_traits(type) != NULL; }
+SD_EXPORT int sd_x8_supported(int type) { return sd_traits(type) && sd_traits(type)->vec_dot_x8; }
+
 /* ------------------------------------------------------------------ the row kernels
-   mm_row_k (K-quants) and mm_row_b (32-element blocks): one weight row against rows [0, M) of
-   the activations (M <= SD_MB), into y[m * ldy]. One implementation per instruction set, each
+   row_k (K-quants) and row_b (32-element blocks), TYPE a constant: one weight row against rows
+   [0, M) of the activations (M <= SD_MB), into y[m * ldy]; mm_x8_k and mm_x8_b, the same for
+   rows [n0, n1) of an interleaved matrix. One implementation per instruction set, each
    computing the numbers this file's header defines. */
 #if SD_X86
 #include "dot_x86.h"
-#elif SD_ARM
-#include "dot_neon.h"
-#else
-#include "dot_portable.h"
-#endif
-
-/* ------------------------------------------------------------------ interleaved layouts (x8)
-   One x8 block <-> the 8 row blocks it holds, both ways through the same byte map (so a repack
-   and its inverse cannot disagree). Q4_K's scales are re-encoded in the same 96 bits: the low
-   nibbles of scale | min, [j][row], then their top two bits, byte [j%4][row] holding scale and
-   min of sub-block j (bits 0-3) and of j+4 (bits 4-7): a few vector ands and shifts unpack
-   them for 8 rows at once. Q5_0's fifth bits are transposed for the same reason (sdcpu.h). */
-
-#define X8_MOVE(x8p, rowp, n) (to_x8 ? memcpy((x8p), (rowp), (n)) : memcpy((rowp), (x8p), (n)))
-
-static void x8_block(int type, uint8_t* const blocks[8], uint8_t* x8, int to_x8) {
-  switch (type) {
-    case SD_Q4_K: {
-      x8_q4_K* x = (x8_q4_K*)x8;
-      int sc[8][8], mn[8][8]; /* [row][j] */
-      if (!to_x8) {
-        for (int r = 0; r < 8; r++)
-          for (int j = 0; j < 8; j++) {
-            const int lo = x->scales[8 * j + r], hi = x->scales[64 + 8 * (j & 3) + r] >> (j < 4 ? 0 : 4);
-            sc[r][j] = (lo & 15) | ((hi & 3) << 4);
-            mn[r][j] = (lo >> 4) | (((hi >> 2) & 3) << 4);
-          }
-      } else {
-        memset(x->scales, 0, sizeof x->scales);
-      }
-      for (int r = 0; r < 8; r++) {
-        blk_q4_K* b = (blk_q4_K*)blocks[r];
-        X8_MOVE(&x->d[r], &b->d, 2);
-        X8_MOVE(&x->dmin[r], &b->dmin, 2);
-        for (int c = 0; c < 4; c++)
-          for (int k = 0; k < 8; k++) X8_MOVE(x->qs + (c * 8 + k) * 32 + 4 * r, b->qs + 32 * c + 4 * k, 4);
-        if (to_x8) {
-          for (int j = 0; j < 8; j++) {
-            int s, m;
-            scale_min_k4(j, b->scales, &s, &m);
-            x->scales[8 * j + r] = (uint8_t)((s & 15) | ((m & 15) << 4));
-            x->scales[64 + 8 * (j & 3) + r] |= (uint8_t)(((s >> 4) | ((m >> 4) << 2)) << (j < 4 ? 0 : 4));
-          }
-        } else { /* get_scale_min_k4's packing, inverted */
-          for (int j = 0; j < 4; j++) {
-            b->scales[j] = (uint8_t)(sc[r][j] | ((sc[r][j + 4] >> 4) << 6));
-            b->scales[j + 4] = (uint8_t)(mn[r][j] | ((mn[r][j + 4] >> 4) << 6));
-            b->scales[j + 8] = (uint8_t)((sc[r][j + 4] & 15) | ((mn[r][j + 4] & 15) << 4));
-          }
-        }
-      }
-      return;
-    }
-    case SD_Q6_K: {
-      x8_q6_K* x = (x8_q6_K*)x8;
-      for (int r = 0; r < 8; r++) {
-        blk_q6_K* b = (blk_q6_K*)blocks[r];
-        for (int h = 0; h < 2; h++)
-          for (int k = 0; k < 8; k++) {
-            for (int p = 0; p < 2; p++) X8_MOVE(x->ql + ((2 * h + p) * 8 + k) * 32 + 4 * r, b->ql + 64 * h + 32 * p + 4 * k, 4);
-            X8_MOVE(x->qh + (h * 8 + k) * 32 + 4 * r, b->qh + 32 * h + 4 * k, 4);
-          }
-        for (int g = 0; g < 16; g++) X8_MOVE(&x->scales[8 * g + r], &b->scales[g], 1);
-        X8_MOVE(&x->d[r], &b->d, 2);
-      }
-      return;
-    }
-    case SD_Q4_0: case SD_Q5_0: {
-      const int five = type == SD_Q5_0;
-      uint16_t* d = five ? ((x8_q5_0*)x8)->d : ((x8_q4_0*)x8)->d;
-      uint8_t* qs = five ? ((x8_q5_0*)x8)->qs : ((x8_q4_0*)x8)->qs;
-      for (int r = 0; r < 8; r++) {
-        uint8_t* b = blocks[r];
-        X8_MOVE(&d[r], b, 2);
-        for (int k = 0; k < 4; k++) X8_MOVE(qs + 32 * k + 4 * r, b + (five ? 6 : 2) + 4 * k, 4);
-        if (five) {
-          uint8_t* t = ((x8_q5_0*)x8)->qh + 4 * r;
-          uint8_t* qh = b + 2;
-          if (to_x8) {
-            for (int i = 0; i < 4; i++) {
-              t[i] = 0;
-              for (int c = 0; c < 8; c++) t[i] |= (uint8_t)(((qh[(4 * c + i) / 8] >> ((4 * c + i) % 8)) & 1) << c);
-            }
-          } else {
-            memset(qh, 0, 4);
-            for (int i = 0; i < 4; i++)
-              for (int c = 0; c < 8; c++) qh[(4 * c + i) / 8] |= (uint8_t)(((t[i] >> c) & 1) << ((4 * c + i) % 8));
-          }
-        }
-      }
-      return;
-    }
-    case SD_Q8_0: {
-      x8_q8_0* x = (x8_q8_0*)x8;
-      for (int r = 0; r < 8; r++) {
-        blk_q8_0* b = (blk_q8_0*)blocks[r];
-        X8_MOVE(&x->d[r], &b->d, 2);
-        for (int c = 0; c < 8; c++) X8_MOVE(x->qs + 32 * c + 4 * r, b->qs + 4 * c, 4);
-      }
-      return;
-    }
-    default: return;
-  }
-}
-
-/* row n of an x8 matrix in the file's layout (row_bytes) */
-static void x8_row(const sd_mat* w, int64_t n, uint8_t* row) {
-  const int bb = sd_blk_bytes(w->type);
-  const int64_t nb = w->row_bytes / bb, g = n / 8;
-  SD_ALIGN(64) uint8_t blocks[8][sizeof(blk_q6_K) + 6];
-  uint8_t* ptr[8];
-  for (int r = 0; r < 8; r++) ptr[r] = blocks[r];
-  for (int64_t b = 0; b < nb; b++) {
-    x8_block(w->type, ptr, (uint8_t*)w->data + (g * nb + b) * 8 * bb, 0);
-    memcpy(row + b * bb, blocks[n % 8], (size_t)bb);
-  }
-}
-
-/* rows -> x8 (layout SD_LAYOUT_X8) or x8 -> rows (SD_LAYOUT_ROWS: src is x8), groups across threads */
-SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out, int layout,
-                        int nthreads) {
-  if (!sd_x8_type(type)) return SD_EUNSUPPORTED;
-  const int bb = sd_blk_bytes(type), e = sd_blk_elems(type);
-  if (rows % 8 || K % e || row_bytes != K / e * bb) return SD_ESHAPE;
-  const int64_t nb = K / e, groups = rows / 8;
-  const int to_x8 = layout == SD_LAYOUT_X8;
-#pragma omp parallel for schedule(static) num_threads(nthreads > 0 ? nthreads : 1)
-  for (int64_t g = 0; g < groups; g++) {
-    const uint8_t* in = (const uint8_t*)src + g * 8 * row_bytes;
-    uint8_t* o = (uint8_t*)out + g * 8 * row_bytes;
-    for (int64_t b = 0; b < nb; b++) {
-      uint8_t* ptr[8];
-      if (to_x8) {
-        for (int r = 0; r < 8; r++) ptr[r] = (uint8_t*)in + r * row_bytes + b * bb;
-        x8_block(type, ptr, o + b * 8 * bb, 1);
-      } else {
-        for (int r = 0; r < 8; r++) ptr[r] = o + r * row_bytes + b * bb;
-        x8_block(type, ptr, (uint8_t*)in + b * 8 * bb, 0);
-      }
-    }
-  }
-  return 0;
-}
-
-/* the x8 matmul: one implementation per instruction set (the portable build unpacks each row
-   and takes the row kernel: the same numbers, by construction) */
-#if SD_X86
 #include "x8_x86.h"
 #elif SD_ARM
+#include "dot_neon.h"
 #include "x8_neon.h"
 #else
-static int mm_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+#include "dot_portable.h"
+/* the portable build unpacks each row of an x8 matrix and takes the row kernel: the same
+   numbers, by construction */
+static int mm_x8_rows(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,
+                      int64_t ldy) {
   uint8_t* row = (uint8_t*)sd_alloc((size_t)w->row_bytes);
   if (!row) return SD_ENOMEM;
   for (int64_t n = n0; n < n1; n++) {
-    x8_row(w, n, row);
-    if (sd_act_blk(w->type) == QKK) mm_row_k(w->type, row, w->cols, a, M, y + n, ldy);
-    else mm_row_b(w->type, row, w->cols, a, M, y + n, ldy);
+    sd_x8_row(w, n, row);
+    type_traits[TYPE].vec_dot(row, w->cols, a, NULL, M, y + n, ldy, NULL);
   }
   sd_free(row);
   return 0;
 }
+#define mm_x8_k mm_x8_rows
+#define mm_x8_b mm_x8_rows
 #endif
 
-/* ------------------------------------------------------------------ float weights */
-
-static void mm_row_f(int type, const uint8_t* wrow, int64_t K, const float* x, int64_t M, float* y, int64_t ldy, float* wbuf) {
-  const float* w = (const float*)wrow;
-  if (type != SD_F32) {
-#if SD_X86
-    if (type == SD_F16) {
-      int64_t i = 0;
-      for (; i + 8 <= K; i += 8)
-        _mm256_storeu_ps(wbuf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)wrow + i))));
-      for (; i < K; i++) wbuf[i] = sd_fp16_to_fp32(((const uint16_t*)wrow)[i]);
-    } else
-#endif
-    sd_dequantize_row(type, wrow, K, wbuf);
-    w = wbuf;
+/* the table's entries: this build's kernels, one instance per type */
+#define VEC_DOT(t, TYPE, impl)                                                                                 \
+  static void vec_dot_##t(const uint8_t* wrow, int64_t K, const sd_act* a, const float* x, int64_t M, float* y, \
+                          int64_t ldy, float* wbuf) {                                                          \
+    (void)x;                                                                                                  \
+    (void)wbuf;                                                                                               \
+    impl(TYPE, wrow, K, a, M, y, ldy);                                                                        \
   }
+#define VEC_DOT_X8(t, TYPE, impl)                                                                             \
+  static int vec_dot_x8_##t(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,    \
+                            int64_t ldy) {                                                                    \
+    return impl(TYPE, w, a, M, n0, n1, y, ldy);                                                               \
+  }
+VEC_DOT(q4_0, SD_Q4_0, row_b)
+VEC_DOT(q4_1, SD_Q4_1, row_b)
+VEC_DOT(q5_0, SD_Q5_0, row_b)
+VEC_DOT(q5_1, SD_Q5_1, row_b)
+VEC_DOT(q8_0, SD_Q8_0, row_b)
+VEC_DOT(q4_K, SD_Q4_K, row_k)
+VEC_DOT(q5_K, SD_Q5_K, row_k)
+VEC_DOT(q6_K, SD_Q6_K, row_k)
+VEC_DOT_X8(q4_0, SD_Q4_0, mm_x8_b)
+VEC_DOT_X8(q5_0, SD_Q5_0, mm_x8_b)
+VEC_DOT_X8(q8_0, SD_Q8_0, mm_x8_b)
+VEC_DOT_X8(q4_K, SD_Q4_K, mm_x8_k)
+VEC_DOT_X8(q6_K, SD_Q6_K, mm_x8_k)
+#undef VEC_DOT
+#undef VEC_DOT_X8
+
+/* ------------------------------------------------------------------ float weights
+   Float activations: each row's tree8 dot with the weight row, converted to floats once (wbuf)
+   for all M rows. */
+
+SD_INLINE void dot_float_rows(const float* w, int64_t K, const float* x, int64_t M, float* y, int64_t ldy) {
   for (int64_t m = 0; m < M; m++) y[m * ldy] = sd_tree8_dot(x + m * K, w, K);
+}
+
+static void vec_dot_f32(const uint8_t* wrow, int64_t K, const sd_act* a, const float* x, int64_t M, float* y,
+                        int64_t ldy, float* wbuf) {
+  (void)a;
+  (void)wbuf;
+  dot_float_rows((const float*)wrow, K, x, M, y, ldy);
+}
+
+static void vec_dot_f16(const uint8_t* wrow, int64_t K, const sd_act* a, const float* x, int64_t M, float* y,
+                        int64_t ldy, float* wbuf) {
+  (void)a;
+#if SD_X86
+  int64_t i = 0;
+  for (; i + 8 <= K; i += 8)
+    _mm256_storeu_ps(wbuf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)((const uint16_t*)wrow + i))));
+  for (; i < K; i++) wbuf[i] = sd_fp16_to_fp32(((const uint16_t*)wrow)[i]);
+#else
+  sd_to_float_f16(wrow, K, wbuf);
+#endif
+  dot_float_rows(wbuf, K, x, M, y, ldy);
+}
+
+static void vec_dot_bf16(const uint8_t* wrow, int64_t K, const sd_act* a, const float* x, int64_t M, float* y,
+                         int64_t ldy, float* wbuf) {
+  (void)a;
+  sd_to_float_bf16(wrow, K, wbuf);
+  dot_float_rows(wbuf, K, x, M, y, ldy);
 }
 
 /* ------------------------------------------------------------------ matmul */
 
 int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
                int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int blk = sd_act_blk(w->type);
-  float* wbuf = NULL;
-  if (!blk && w->type != SD_F32 && !(wbuf = (float*)sd_alloc(sizeof(float) * (size_t)w->cols))) return SD_ENOMEM;
+  const sd_type_traits* t = sd_traits(w->type);
+  if (!t || (w->layout == SD_LAYOUT_X8 && !t->vec_dot_x8)) return SD_EUNSUPPORTED;
+  float* wbuf = NULL; /* float weights other than F32 are converted into it, a row at a time */
+  if (!t->act_blk && w->type != SD_F32 && !(wbuf = (float*)sd_alloc(sizeof(float) * (size_t)w->cols))) return SD_ENOMEM;
   /* activation rows SD_MB at a time: the kernels keep a row's accumulators on the stack */
   for (int64_t m0 = 0; m0 < M; m0 += SD_MB) {
     const int64_t mb = M - m0 < SD_MB ? M - m0 : SD_MB;
@@ -704,14 +428,13 @@ int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const fl
                        a->sums ? a->sums + m0 * (a->K / 16) : NULL, a->K, a->blk};
     float* ym = y + m0 * ldy;
     if (w->layout == SD_LAYOUT_X8) {
-      if (mm_x8(w, &am, mb, n0, n1, ym, ldy)) return SD_ENOMEM;
+      if (t->vec_dot_x8(w, &am, mb, n0, n1, ym, ldy)) return SD_ENOMEM;
       continue;
     }
+    const float* xm = x ? x + m0 * w->cols : NULL;
     for (int64_t n = n0; n < n1; n++) {
       const uint8_t* wrow = (const uint8_t*)w->data + (int64_t)(rowmap ? rowmap[n] : n) * w->row_bytes;
-      if (blk == QKK) mm_row_k(w->type, wrow, w->cols, &am, mb, ym + n, ldy);
-      else if (blk == QK) mm_row_b(w->type, wrow, w->cols, &am, mb, ym + n, ldy);
-      else mm_row_f(w->type, wrow, w->cols, x + m0 * w->cols, mb, ym + n, ldy, wbuf);
+      t->vec_dot(wrow, w->cols, &am, xm, mb, ym + n, ldy, wbuf);
     }
   }
   sd_free(wbuf);
@@ -720,11 +443,12 @@ int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const fl
 
 SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
                         int layout, const int32_t* rowmap, float* y, int64_t ldy, int nthreads) {
-  const int e = sd_blk_elems(type);
-  if (!e) return SD_EUNSUPPORTED;
-  if (K % e || K % 16) return SD_ESHAPE;
-  if (layout == SD_LAYOUT_X8 && (!sd_x8_type(type) || N % 8 || rowmap)) return SD_ESHAPE;
-  const int blk = sd_act_blk(type);
+  const sd_mat wm = {w, row_bytes, type, (int32_t)N, (int32_t)K, layout};
+  const int bad = sd_mat_check(&wm);
+  if (bad) return bad;
+  if (K % 16 || (layout == SD_LAYOUT_X8 && rowmap)) return SD_ESHAPE;
+  const sd_type_traits* t = sd_traits(type);
+  const int blk = t->act_blk;
   sd_act a = {NULL, NULL, NULL, K, blk};
   if (blk) {
     a.qs = (int8_t*)sd_alloc((size_t)(M * K));
@@ -735,121 +459,56 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
       return SD_ENOMEM;
     }
   }
-  const sd_mat wm = {w, row_bytes, type, (int32_t)N, (int32_t)K, layout};
   if (nthreads < 1) nthreads = 1;
   int fail = 0;
 #pragma omp parallel num_threads(nthreads)
   {
 #ifdef _OPENMP
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int th = omp_get_thread_num(), T = omp_get_num_threads();
 #else
-    const int t = 0, T = 1;
+    const int th = 0, T = 1;
 #endif
-    if (blk) {
+    if (t->from_float) {
       /* each thread quantizes its share of rows, then all wait: every thread reads every row */
-      const int64_t r0 = M * t / T, r1 = M * (t + 1) / T;
-      sd_quantize_rows(x + r0 * K, r1 - r0, K, blk, &a, r0);
+      const int64_t r0 = M * th / T, r1 = M * (th + 1) / T;
+      t->from_float(x + r0 * K, r1 - r0, K, &a, r0);
 #pragma omp barrier
     }
     /* chunks of output rows handed out as threads come free (see forward.c's matmul_group) */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < (N + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK; c++)
-      if (sd_mm_rows(&wm, rowmap, &a, x, M, c * SD_ROW_CHUNK, c * SD_ROW_CHUNK + SD_ROW_CHUNK < N ? c * SD_ROW_CHUNK + SD_ROW_CHUNK : N,
-                     y, ldy)) {
+    for (int64_t c = 0; c < (N + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK; c++) {
+      const int rc = sd_mm_rows(&wm, rowmap, &a, x, M, c * SD_ROW_CHUNK,
+                                c * SD_ROW_CHUNK + SD_ROW_CHUNK < N ? c * SD_ROW_CHUNK + SD_ROW_CHUNK : N, y, ldy);
+      if (rc) {
 #pragma omp atomic write
-        fail = 1;
+        fail = rc;
       }
+    }
   }
   sd_free(a.qs); sd_free(a.d); sd_free(a.sums);
-  return fail ? SD_ENOMEM : 0;
+  return fail;
 }
 
-SD_EXPORT int sd_dequantize(int type, const void* data, int64_t row_bytes, int layout, const int32_t* rows, int64_t n,
-                            int64_t K, float* out) {
-  if (!sd_type_supported(type)) return SD_EUNSUPPORTED;
-  if (layout == SD_LAYOUT_X8) {
-    if (!sd_x8_type(type)) return SD_EUNSUPPORTED;
-    uint8_t* row = (uint8_t*)sd_alloc((size_t)row_bytes);
-    if (!row) return SD_ENOMEM;
-    const sd_mat w = {data, row_bytes, type, 0, (int32_t)K, layout};
-    for (int64_t i = 0; i < n; i++) {
-      x8_row(&w, rows ? rows[i] : i, row);
-      sd_dequantize_row(type, row, K, out + i * K);
-    }
-    sd_free(row);
-    return 0;
-  }
-  for (int64_t i = 0; i < n; i++)
-    sd_dequantize_row(type, (const uint8_t*)data + (int64_t)(rows ? rows[i] : i) * row_bytes, K, out + i * K);
+SD_EXPORT int sd_abi_layout(int64_t* out, int n) {
+#define L(x) (int64_t)(x)
+  const int64_t v[] = {
+      L(sizeof(sd_mat)), L(offsetof(sd_mat, row_bytes)), L(offsetof(sd_mat, type)), L(offsetof(sd_mat, layout)),
+      L(sizeof(sd_layer)), L(offsetof(sd_layer, wq)), L(offsetof(sd_layer, wdown)), L(offsetof(sd_layer, bq)),
+      L(offsetof(sd_layer, k_norm)),
+      L(sizeof(sd_model)), L(offsetof(sd_model, rms_eps)), L(offsetof(sd_model, inv_freq)), L(offsetof(sd_model, tok_embd)),
+      L(offsetof(sd_model, output)), L(offsetof(sd_model, output_norm)), L(offsetof(sd_model, layers))};
+#undef L
+  const int k = (int)(sizeof v / sizeof v[0]);
+  for (int i = 0; i < n && i < k; i++) out[i] = v[i];
+  return k;
+}
+/* 1 where this build multiplies x8 matrices with kernels of their own; 0 where it unpacks each
+   row for the row kernel (right, but slower than the file's rows: the loader keeps those) */
+SD_EXPORT int sd_x8_native(void) {
+#if SD_X86 || SD_ARM
+  return 1;
+#else
   return 0;
+#endif
 }
 
-/* ------------------------------------------------------------------ requantizing (drafts only)
-   Float rows -> Q4_0 blocks (llama.cpp's reference rounding: the value of largest magnitude
-   maps to code 0, d = that value / -8). Only ever for a draft's matrices: a draft's precision
-   changes what it proposes, never the output, and 4-bit blocks are fewer bytes per drafted token. */
-static void quantize_q4_0(const float* x, int64_t rows, int64_t K, void* out) {
-  blk_q4_0* y = (blk_q4_0*)out;
-  for (int64_t i = 0; i < rows * (K / QK); i++, x += QK) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < QK; j++) {
-      if (fabsf(x[j]) > amax) {
-        amax = fabsf(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    /* fp32 -> fp16 bits, round to nearest even (d is a scale: normal range in practice) */
-    uint32_t bits;
-    memcpy(&bits, &d, 4);
-    const uint32_t sign = (bits >> 16) & 0x8000;
-    const int32_t exp = (int32_t)((bits >> 23) & 0xFF) - 127 + 15;
-    uint16_t h;
-    if (exp <= 0) {
-      h = (uint16_t)sign; /* underflows to zero */
-    } else if (exp >= 31) {
-      h = (uint16_t)(sign | 0x7BFF); /* clamps to the largest finite half */
-    } else {
-      uint32_t m = bits & 0x7FFFFF, r = m & 0x1FFF;
-      uint32_t v = ((uint32_t)exp << 10) | (m >> 13);
-      if (r > 0x1000 || (r == 0x1000 && (v & 1))) v++;
-      h = (uint16_t)(sign | (v > 0x7BFF ? 0x7BFF : v));
-    }
-    y[i].d = h;
-    for (int j = 0; j < QK / 2; j++) {
-      const int q0 = (int)(x[j] * id + 8.5f), q1 = (int)(x[j + QK / 2] * id + 8.5f);
-      y[i].qs[j] = (uint8_t)((q0 > 15 ? 15 : q0 < 0 ? 0 : q0) | ((q1 > 15 ? 15 : q1 < 0 ? 0 : q1) << 4));
-    }
-  }
-}
-
-/* rows of any type the kernel reads -> Q4_0, in chunks of 256 rows across threads, written in
-   the file's row layout or straight into the interleaved one (layout; rows a multiple of 8) */
-SD_EXPORT int sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out,
-                                 int layout, int nthreads) {
-  if (!sd_type_supported(type)) return SD_EUNSUPPORTED;
-  if (K % QK || (layout == SD_LAYOUT_X8 && rows % 8)) return SD_ESHAPE;
-  const int64_t chunk = 256, nchunks = (rows + chunk - 1) / chunk, out_bytes = K / QK * (int64_t)sizeof(blk_q4_0);
-  int fail = 0;
-#pragma omp parallel num_threads(nthreads > 0 ? nthreads : 1)
-  {
-    float* buf = (float*)sd_alloc(sizeof(float) * (size_t)(chunk * K));
-    uint8_t* q = layout == SD_LAYOUT_X8 ? (uint8_t*)sd_alloc((size_t)(chunk * out_bytes)) : NULL;
-    if (!buf || (layout == SD_LAYOUT_X8 && !q)) {
-#pragma omp atomic write
-      fail = 1;
-    }
-#pragma omp for schedule(static)
-    for (int64_t c = 0; c < nchunks; c++) {
-      if (!buf || (layout == SD_LAYOUT_X8 && !q)) continue;
-      const int64_t r0 = c * chunk, n = rows - r0 < chunk ? rows - r0 : chunk;
-      uint8_t* dst = (uint8_t*)out + r0 * out_bytes;
-      sd_dequantize(type, (const uint8_t*)src + r0 * row_bytes, row_bytes, SD_LAYOUT_ROWS, NULL, n, K, buf);
-      quantize_q4_0(buf, n, K, q ? q : dst);
-      if (q) sd_repack(SD_Q4_0, q, out_bytes, n, K, dst, SD_LAYOUT_X8, 1); /* 256-row chunks: whole groups */
-    }
-    sd_free(buf);
-    sd_free(q);
-  }
-  return fail ? SD_ENOMEM : 0;
-}

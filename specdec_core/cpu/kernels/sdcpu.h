@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(_WIN32)
 #define SD_EXPORT __declspec(dllexport)
@@ -157,20 +158,99 @@ typedef struct { uint16_t d[8]; uint8_t qh[32]; uint8_t qs[128]; } x8_q5_0;
 /* qs as x8_q4_0; qh[4r + i] bit c = row r's high bit of element 4c + i (c = 0..7) */
 typedef struct { uint16_t d[8]; int8_t qs[256]; } x8_q8_0;       /* qs[c*32 + 4r + i] = row r's qs[4c + i] */
 
-/* -- quants.c -- */
+/* -- scalars of the formats (inline: every kernel decodes block scales with them) -- */
+
+SD_INLINE float sd_fp16_to_fp32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (man << 13); /* inf / nan */
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else { /* subnormal half: normalise */
+    exp = 113;
+    while (!(man & 0x400)) { man <<= 1; exp--; }
+    bits = sign | (exp << 23) | ((man & 0x3FF) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+SD_INLINE float sd_bf16_to_fp32(uint16_t h) {
+  const uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* Q4_K / Q5_K's 6-bit scale and min of sub-block j (llama.cpp's get_scale_min_k4) */
+SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+/* -- the type traits: everything the kernel does with one block type, in one table (quants.c's
+   type_traits, indexed by the type id; the shape of llama.cpp's ggml-cpu type_traits_cpu). A
+   type the table has no entry for is refused with SD_EUNSUPPORTED by every entry point: no
+   kernel ever runs on another type's blocks. The dot products are the build's: each of
+   dot_portable.h, dot_x86.h (AVX2; AVX-VNNI and AVX512-VNNI through SD_VNNI) and dot_neon.h
+   defines one per block type, x8_x86.h and x8_neon.h one per interleaved type (the portable
+   build unpacks rows for those), and the table takes whichever this build compiled. -- */
+#define SD_TYPE_COUNT 31 /* type ids 0..30 (SD_BF16 the last) */
+
+/* a row of K elements (whole blocks) -> K floats: gguf-py's numbers (blocks.c) */
+typedef void sd_to_float(const void* row, int64_t K, float* y);
+/* rows [0, M) of x [M][K] -> the activations a dot product takes, into out's rows row0.. */
+typedef void sd_from_float(const float* x, int64_t M, int64_t K, sd_act* out, int64_t row0);
+/* one weight row (the file's layout) against activation rows [0, M) (M <= SD_MB) into y[m * ldy]:
+   quantized activations `a` for the block types, float rows `x` (with `wbuf`, a scratch row of K
+   floats) for the float types */
+typedef void sd_vec_dot(const uint8_t* wrow, int64_t K, const sd_act* a, const float* x, int64_t M, float* y,
+                        int64_t ldy, float* wbuf);
+/* 8 row blocks <-> one interleaved block, both ways (to_x8) through one byte map (blocks.c) */
+typedef void sd_x8_map(uint8_t* const blocks[8], uint8_t* x8, int to_x8);
+/* rows [n0, n1) (multiples of 8) of an interleaved matrix against M <= SD_MB activation rows:
+   0, or SD_ENOMEM */
+typedef int sd_vec_dot_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy);
+
+typedef struct {
+  int blck_size;             /* elements per block */
+  int type_size;             /* bytes per block */
+  int act_blk;               /* the activations vec_dot takes: int8 codes in blocks of 32 or 256; 0: floats */
+  sd_from_float* from_float; /* float rows -> those activations (NULL for float activations) */
+  sd_to_float* to_float;
+  sd_vec_dot* vec_dot;
+  sd_x8_map* x8_map;         /* NULL: the type has no interleaved layout */
+  sd_vec_dot_x8* vec_dot_x8; /* set exactly where x8_map is */
+} sd_type_traits;
+
+const sd_type_traits* sd_traits(int type); /* NULL for a type the kernel does not read */
+/* a matrix the kernel can multiply as it is: SD_OK, SD_EUNSUPPORTED (type, or the type in this
+   layout) or SD_ESHAPE (rows or columns) */
+int sd_mat_check(const sd_mat* w);
+
+/* blocks.c: the formats' functions the table points at */
+sd_to_float sd_to_float_f32, sd_to_float_f16, sd_to_float_bf16, sd_to_float_q4_0, sd_to_float_q4_1, sd_to_float_q5_0,
+    sd_to_float_q5_1, sd_to_float_q8_0, sd_to_float_q4_K, sd_to_float_q5_K, sd_to_float_q6_K;
+sd_x8_map sd_x8_map_q4_0, sd_x8_map_q5_0, sd_x8_map_q8_0, sd_x8_map_q4_K, sd_x8_map_q6_K;
+void sd_x8_row(const sd_mat* w, int64_t n, uint8_t* row); /* row n of an x8 matrix, in the file's layout */
 void* sd_alloc(size_t n); /* 64-byte aligned (activation rows: no load splits a cache line); NULL on failure */
 void sd_free(void* p);
-float sd_fp16_to_fp32(uint16_t h);
-int sd_blk_elems(int type);  /* elements per block, 0 for an unsupported type */
-int sd_blk_bytes(int type);
-int sd_act_blk(int type);    /* activation block a weight type takes: 256, 32, or 0 (float) */
+
+/* quants.c */
 void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out, int64_t row0);
-void sd_dequantize_row(int type, const void* row, int64_t K, float* out);
-int sd_x8_type(int type); /* 1 where the interleaved layout exists for the type */
 /* y[m*ldy + n] for rows m < M of `a` (or float rows `x` when the type takes float inputs) and
-   weight rows n in [n0, n1) (through rowmap when not NULL) */
+   weight rows n in [n0, n1) (through rowmap when not NULL): 0, SD_EUNSUPPORTED or SD_ENOMEM */
 int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
-               int64_t n0, int64_t n1, float* y, int64_t ldy); /* 0, or SD_ENOMEM */
+               int64_t n0, int64_t n1, float* y, int64_t ldy);
 float sd_tree8_dot(const float* a, const float* b, int64_t n);
 float sd_tree8_sumsq(const float* a, int64_t n);
 void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in every build */

@@ -167,30 +167,32 @@ SD_INLINE void nbx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64
   }
 }
 
-static int mm_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+/* rows [n0, n1) of an x8 matrix (multiples of 8) for M <= SD_MB activation rows, TYPE a
+   constant: mm_x8_k for the K-quants, mm_x8_b for the 32-element blocks */
+SD_INLINE int mm_x8_k(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,
+                      int64_t ldy) {
   float acc[SD_MB * 64];
-  const int type = w->type;
   for (int64_t g = n0 / 8; g < n1 / 8; g++) {
-    switch (type) {
-      case SD_Q4_K: nkx8_unit(SD_Q4_K, w, a, M, g, acc); break;
-      case SD_Q6_K: nkx8_unit(SD_Q6_K, w, a, M, g, acc); break;
-      case SD_Q4_0: nbx8_unit(SD_Q4_0, w, a, M, g, acc); break;
-      case SD_Q5_0: nbx8_unit(SD_Q5_0, w, a, M, g, acc); break;
-      default: nbx8_unit(SD_Q8_0, w, a, M, g, acc); break;
-    }
+    nkx8_unit(TYPE, w, a, M, g, acc);
+    for (int64_t m = 0; m < M; m++) memcpy(y + m * ldy + 8 * g, acc + m * 8, sizeof(float) * 8);
+  }
+  return 0;
+}
+
+SD_INLINE int mm_x8_b(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,
+                      int64_t ldy) {
+  float acc[SD_MB * 64];
+  for (int64_t g = n0 / 8; g < n1 / 8; g++) {
+    nbx8_unit(TYPE, w, a, M, g, acc);
     for (int64_t m = 0; m < M; m++) {
       float* out = y + m * ldy + 8 * g;
-      if (sd_act_blk(type) == QKK) {
-        memcpy(out, acc + m * 8, sizeof(float) * 8);
-      } else {
-        const float* l = acc + m * 64;
-        for (int h = 0; h < 2; h++) {
-          const float32x4_t v = vaddq_f32(vaddq_f32(vaddq_f32(vld1q_f32(l + 4 * h), vld1q_f32(l + 32 + 4 * h)),
-                                                    vaddq_f32(vld1q_f32(l + 16 + 4 * h), vld1q_f32(l + 48 + 4 * h))),
-                                          vaddq_f32(vaddq_f32(vld1q_f32(l + 8 + 4 * h), vld1q_f32(l + 40 + 4 * h)),
-                                                    vaddq_f32(vld1q_f32(l + 24 + 4 * h), vld1q_f32(l + 56 + 4 * h))));
-          vst1q_f32(out + 4 * h, v);
-        }
+      const float* l = acc + m * 64;
+      for (int h = 0; h < 2; h++) {
+        const float32x4_t v = vaddq_f32(vaddq_f32(vaddq_f32(vld1q_f32(l + 4 * h), vld1q_f32(l + 32 + 4 * h)),
+                                                  vaddq_f32(vld1q_f32(l + 16 + 4 * h), vld1q_f32(l + 48 + 4 * h))),
+                                        vaddq_f32(vaddq_f32(vld1q_f32(l + 8 + 4 * h), vld1q_f32(l + 40 + 4 * h)),
+                                                  vaddq_f32(vld1q_f32(l + 24 + 4 * h), vld1q_f32(l + 56 + 4 * h))));
+        vst1q_f32(out + 4 * h, v);
       }
     }
   }

@@ -637,36 +637,43 @@ SD_INLINE xvf xf_tree8(const float* l) {
                 xf_add(xf_add(xf_load(l + W), xf_load(l + 5 * W)), xf_add(xf_load(l + 3 * W), xf_load(l + 7 * W))));
 }
 
-/* rows [n0, n1) of an x8 matrix (multiples of 8) for M <= SD_MB activation rows */
-static int mm_x8(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  SD_ALIGN(64) float acc[SD_MB * 64 * XG];
-  const int type = w->type, blk = sd_act_blk(type);
-  if (M <= 4 && blk == QKK) { /* a few rows: codes straight from the blocks */
+/* rows [n0, n1) of an x8 matrix (multiples of 8) for M <= SD_MB activation rows, TYPE a
+   constant: mm_x8_k for the K-quants, mm_x8_b for the 32-element blocks */
+SD_INLINE int mm_x8_k(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,
+                      int64_t ldy) {
+  if (M <= 4) { /* a few rows: codes straight from the blocks */
     for (int64_t g = n0 / 8; g < n1 / 8; g++) {
-#define KD(R) if (type == SD_Q4_K) kx8_direct_group(SD_Q4_K, R, w, a, g, y, ldy); else kx8_direct_group(SD_Q6_K, R, w, a, g, y, ldy)
       switch (M) {
-        case 1: KD(1); break;
-        case 2: KD(2); break;
-        case 3: KD(3); break;
-        default: KD(4); break;
+        case 1: kx8_direct_group(TYPE, 1, w, a, g, y, ldy); break;
+        case 2: kx8_direct_group(TYPE, 2, w, a, g, y, ldy); break;
+        case 3: kx8_direct_group(TYPE, 3, w, a, g, y, ldy); break;
+        default: kx8_direct_group(TYPE, 4, w, a, g, y, ldy); break;
       }
-#undef KD
     }
     return 0;
   }
+  SD_ALIGN(64) float acc[SD_MB * 64 * XG];
   for (int64_t g = n0 / 8; g < n1 / 8; g += XG) {
     const int ng = n1 / 8 - g < XG ? (int)(n1 / 8 - g) : XG;
-    switch (type) {
-      case SD_Q4_K: kx8_unit(SD_Q4_K, w, a, M, g, ng, acc); break;
-      case SD_Q6_K: kx8_unit(SD_Q6_K, w, a, M, g, ng, acc); break;
-      case SD_Q4_0: bx8_unit(SD_Q4_0, w, a, M, g, ng, acc); break;
-      case SD_Q5_0: bx8_unit(SD_Q5_0, w, a, M, g, ng, acc); break;
-      default: bx8_unit(SD_Q8_0, w, a, M, g, ng, acc); break;
-    }
+    kx8_unit(TYPE, w, a, M, g, ng, acc);
     for (int64_t m = 0; m < M; m++) {
       SD_ALIGN(64) float out[8 * XG];
-      if (blk == QKK) xf_store(out, xf_load(acc + m * 8 * XG));
-      else xf_store(out, xf_tree8(acc + m * 64 * XG));
+      xf_store(out, xf_load(acc + m * 8 * XG));
+      memcpy(y + m * ldy + 8 * g, out, sizeof(float) * 8 * (size_t)ng);
+    }
+  }
+  return 0;
+}
+
+SD_INLINE int mm_x8_b(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,
+                      int64_t ldy) {
+  SD_ALIGN(64) float acc[SD_MB * 64 * XG];
+  for (int64_t g = n0 / 8; g < n1 / 8; g += XG) {
+    const int ng = n1 / 8 - g < XG ? (int)(n1 / 8 - g) : XG;
+    bx8_unit(TYPE, w, a, M, g, ng, acc);
+    for (int64_t m = 0; m < M; m++) {
+      SD_ALIGN(64) float out[8 * XG];
+      xf_store(out, xf_tree8(acc + m * 64 * XG));
       memcpy(y + m * ldy + 8 * g, out, sizeof(float) * 8 * (size_t)ng);
     }
   }
