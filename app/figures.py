@@ -15,9 +15,9 @@ END_TO_END_RATE_TIP = "all new tokens / the whole generation time, the prompt's 
 ALPHA_TIP = "acceptance rate α: accepted / proposed draft tokens, over the steps that proposed something"
 TAU_TIP = "τ: tokens emitted per speculative step (a step that verified at least one proposed token)"
 SOURCES_TIP = ("which source proposed each speculative step: lookup copies a continuation from the conversation, "
-               "the draft model predicts one; per source, its steps and the proposed tokens the target kept "
+               "the draft model predicts one, a constrained answer's grammar forces one; per source, its steps and the proposed tokens the target kept "
                "(the engine's own counts)")
-SOURCE_NAMES = {"lookup": "lookup", "draft": "draft model"}
+SOURCE_NAMES = {"lookup": "lookup", "draft": "draft model", "grammar": "grammar"}
 PLAIN_TIP = ("share of steps that proposed nothing (the prefill, plain steps the adaptive controller "
              "chose, no prompt-lookup match, the last step of the budget); their tokens are 'standard'")
 

@@ -32,6 +32,7 @@ KIND_LABELS = {kind: f"{kind} — {hint}" for kind, hint in KIND_HINTS.items()}
 SOURCE_WORDS = {
     "lookup": "lookup (copied from the conversation)",
     "draft": "the draft model",
+    "grammar": "the answer's grammar (a run it forces: structured output, tool calls)",
 }
 LOOKUP_MARK = ("dotted underline: a token prompt lookup copied from the conversation and the target kept "
                "(the colour still says its kind); hover any token for the source of its step")
