@@ -386,3 +386,37 @@ def test_draft_tokens_default_measures_the_default_beside_standard():
     from specdec_core.bench.modes import build_modes, parse_draft_lengths
 
     assert [m.name for m in build_modes(parse_draft_lengths("default"), None, False)] == ["standard", "default"]
+
+
+def test_a_structured_prompt_is_decoded_under_its_json_schema(tmp_path):
+    # issue 29: the bench's structured category decodes each of our modes under the prompt's
+    # schema (as response_format json_schema does); the peers are not given it, and say so
+    from structured_models import save_structured_pair
+
+    from specdec_core.bench import BenchError
+    from specdec_core.bench.modes import HF_ASSISTED, STANDARD, Mode
+    from specdec_core.bench.prompts import parse_prompts
+    from specdec_core.bench.runner import run_one
+    from specdec_core.engines import open_engine
+    from specdec_core.settings import DecodeSettings
+
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["name", "age"], "additionalProperties": False}
+    line = {"id": "s", "category": "structured", "prompt": "the cat is a name", "schema": schema}
+    (prompt,) = parse_prompts(json.dumps(line))
+    assert prompt.to_dict()["schema"] == schema
+    engine = open_engine(*(str(p) for p in save_structured_pair(tmp_path)))
+    memory = SimpleNamespace(start=lambda: None, stop=lambda: 0)
+    texts = []
+    for mode in (Mode("standard", STANDARD), Mode("speculative k=3", "speculative", 3)):
+        rec = run_one(engine, prompt, mode, DecodeSettings(60), memory)
+        assert rec["error"] is None and rec["stop_reason"] == "eos"
+        answer = json.loads(rec["text"])
+        assert set(answer) == {"name", "age"} and isinstance(answer["age"], int)
+        texts.append(rec["text"])
+    assert texts[0] == texts[1]  # greedy: the constrained speculative answer is the constrained standard one
+    peer = run_one(engine, prompt, Mode("hf assisted", HF_ASSISTED, 3), DecodeSettings(60), memory)
+    assert peer["tokens_per_second"] is None and "schema" in peer["error"]
+    with pytest.raises(BenchError):
+        parse_prompts(json.dumps({**line, "schema": "not an object"}))

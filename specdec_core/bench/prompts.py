@@ -3,17 +3,21 @@
     {"id": "code-lru", "category": "code", "split": "holdout", "prompt": "Implement ..."}
     {"id": "chat-trip", "category": "chat", "messages": [{"role": "user", "content": "..."}, ...]}
     {"id": "conv-todo", "category": "conversation", "turns": ["Explain ...", "Now write ...", ...]}
+    {"id": "structured-invoice", "category": "structured", "prompt": "Extract ...", "schema": {...}}
 
 `id` is optional (default: "<category>-<n>"). A `messages` list is a multi-turn chat ending in a
 user turn; it goes through the target's chat template as is. A `prompt` is one user message.
 `turns` is a conversation the model takes part in: it answers each user turn in turn, its own
 answer kept in the chat before the next one, each turn decoded on the cache the previous one
-left (as the app and `specdec serve` run a chat), and every turn is measured. `split`
+left (as the app and `specdec serve` run a chat), and every turn is measured. A `schema` (a
+JSON Schema object, with a `prompt` or `messages`) constrains the answer to JSON matching it, as
+`specdec serve`'s response_format json_schema does: every mode of ours decodes under that grammar
+(the peers are not given it: their rows say so). `split`
 ("tuning" or "holdout", optional) says which half of the corpus a prompt belongs to: tuning
 decisions are made on the tuning half, and `--split holdout` measures the other on its own.
 
-Two sets are built in: "corpus" (the default: assets/bench_corpus.jsonl, 170 prompts written
-for the project over 14 kinds of text, conversations and long contexts included, split once
+Two sets are built in: "corpus" (the default: assets/bench_corpus.jsonl, 180 prompts written
+for the project over 15 kinds of text, conversations, long contexts and JSON extraction included, split once
 into halves) and "classic" (assets/bench_prompts.jsonl, the 18 prompts of the earlier reports).
 """
 
@@ -39,6 +43,7 @@ class BenchPrompt:
     split: str | None = None
     # a conversation: every user turn, the first included (empty for a one-shot prompt)
     conversation: tuple[str, ...] = ()
+    schema: str | None = None  # a JSON Schema as JSON text: the answer's grammar (None: free text)
 
     @property
     def turns(self) -> int:
@@ -52,6 +57,8 @@ class BenchPrompt:
             d["split"] = self.split
         if self.conversation:
             d["turns"] = list(self.conversation)
+        if self.schema is not None:
+            d["schema"] = json.loads(self.schema)
         return d
 
 
@@ -151,6 +158,9 @@ def parse_prompts(text: str, name: str = "prompts") -> list[BenchPrompt]:
             messages = ({"role": "user", "content": turns[0]},)
         else:
             messages = _check_messages(obj["messages"], where)
+        schema = obj.get("schema")
+        if schema is not None and (not isinstance(schema, dict) or conversation):
+            raise BenchError(f"{where}: \"schema\" must be a JSON Schema object, with a \"prompt\" or \"messages\"")
         split = obj.get("split")
         if split is not None and split not in SPLITS:
             raise BenchError(f"{where}: \"split\" must be one of {', '.join(SPLITS)}")
@@ -161,7 +171,8 @@ def parse_prompts(text: str, name: str = "prompts") -> list[BenchPrompt]:
         if pid in ids:
             raise BenchError(f"{where}: duplicate id {pid!r}")
         ids.add(pid)
-        prompts.append(BenchPrompt(pid, category.strip(), messages, split, conversation))
+        prompts.append(BenchPrompt(pid, category.strip(), messages, split, conversation,
+                                   None if schema is None else json.dumps(schema)))
     if not prompts:
         raise BenchError(f"{name}: no prompts in the file")
     return prompts

@@ -35,6 +35,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from ..grammar.spec import GrammarSpec
 from ..settings import DecodeSettings
 from .modes import HF_ASSISTED, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 from .prompts import BenchPrompt
@@ -153,6 +154,10 @@ def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=Non
     gc.collect()
     rec = {"prompt_id": prompt.id, "category": prompt.category, "mode": mode.name, "kind": mode.kind,
            "draft_tokens": mode.draft_tokens, "error": None}
+    if (mode.is_hf or mode.is_llamacpp) and prompt.schema is not None:
+        rec.update(error="not measured: this peer is not given the prompt's JSON schema", tokens_per_second=None,
+                   token_ids=None, events=None)
+        return rec
     if mode.is_hf or mode.is_llamacpp:
         try:
             if mode.is_hf:
@@ -226,7 +231,10 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
     t0 = time.perf_counter()
     ids = engine.encode_chat(list(prompt.messages))
     t_tok = time.perf_counter()
-    gen = engine.generate(ids, mode.settings(settings), reuse_cache=reuse_cache)
+    decode = mode.settings(settings)
+    if prompt.schema is not None:  # the answer's grammar, as a response_format json_schema request has it
+        decode = decode.replace(grammar=GrammarSpec("json_schema", prompt.schema))
+    gen = engine.generate(ids, decode, reuse_cache=reuse_cache)
     first = None
     for _ev in gen:
         if first is None:

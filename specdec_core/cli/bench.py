@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     b.add_argument("--prompts", metavar="FILE|corpus|classic",
                    help='JSONL of {"category": ..., "prompt": ...}, {"category": ..., "messages": [...]} or '
                         '{"category": ..., "turns": [...]} (a conversation); or a built-in set: corpus (the default, '
-                        "assets/bench_corpus.jsonl: 170 prompts, 14 kinds of text, split into tuning and holdout "
+                        "assets/bench_corpus.jsonl: 180 prompts, 15 kinds of text, split into tuning and holdout "
                         "halves) or classic (assets/bench_prompts.jsonl, the 18 prompts of the earlier reports)")
     b.add_argument("--split", choices=("tuning", "holdout"), default=None,
                    help="only that half of the prompt set (tune on tuning, report holdout on its own)")
