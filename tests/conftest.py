@@ -195,3 +195,19 @@ def make_window(qtbot, tmp_path):
     yield make
     for win in made:
         assert win.shutdown()
+
+
+# `specdec serve` in this process on the test module's own `engine` fixture (each serve test file
+# loads the pair it needs), and the official openai client on it
+@pytest.fixture(scope="module")
+def server(engine):
+    from specdec_serve import in_process
+
+    yield from in_process(engine)
+
+
+@pytest.fixture
+def client(server):
+    import openai
+
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)

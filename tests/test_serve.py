@@ -37,16 +37,6 @@ def engine(pair):
     return open_engine(str(pair[0]), str(pair[1]))
 
 
-@pytest.fixture(scope="module")
-def server(engine):
-    yield from in_process(engine)
-
-
-@pytest.fixture
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
 def generate(capsys, pair, *args) -> dict:
     """`specdec generate --json` on the same pair: what the server must answer."""
     assert main(["generate", "--target", str(pair[0]), "--draft", str(pair[1]), "--json", *args]) == 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import httpx
-import openai
 import pytest
 import torch
 
@@ -33,16 +32,6 @@ def engine(tmp_path_factory):
     save_model(root / "target", make_model(v, seed=0, hidden=32, layers=2), tok)
     save_model(root / "draft", make_model(v, seed=1, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32), tok)
     return open_engine(str(root / "target"), str(root / "draft"))
-
-
-@pytest.fixture(scope="module")
-def server(engine):
-    yield from in_process(engine)
-
-
-@pytest.fixture
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 def ids_of(r) -> list[int]:

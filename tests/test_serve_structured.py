@@ -10,11 +10,9 @@ import json
 from typing import Literal
 
 import httpx
-import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdec_serve import in_process
 from structured_models import save_structured_pair
 
 
@@ -41,16 +39,6 @@ def engine(tmp_path_factory):
 
     target, draft = save_structured_pair(tmp_path_factory.mktemp("structured-pair"))
     return open_engine(str(target), str(draft))
-
-
-@pytest.fixture(scope="module")
-def server(engine):
-    yield from in_process(engine)
-
-
-@pytest.fixture
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 def ext_tokens(obj) -> list[dict]:

@@ -189,7 +189,7 @@ class ContentPart(_Object):
 
 def _served_role(role: str) -> str:
     if role not in ROLES:
-        raise not_served("{param}: {role} messages are not served (tools are not); use system, user or assistant",
+        raise not_served("{param}: {role} messages are not served here; use system, user or assistant",
                          role=repr(role))
     return role
 
