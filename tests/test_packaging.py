@@ -504,3 +504,24 @@ def test_the_code_reads_only_package_files_pyproject_ships():
     assert {"specdec_core/cpu/abi.py", "specdec_core/cpu/build.py"} <= file_users
     assert "specdec_core/cpu/kernels/sdcpu.h" in shipped and {
         f"specdec_core/cpu/kernels/{n}" for n in ("quants.c", "forward.c", "features.c")} <= set(shipped)
+
+
+def test_the_spec_excludes_nothing_the_two_commands_import(spec_run):
+    """Both commands of the bundle (the window and `specdec`, every subcommand) import nothing
+    the spec leaves out: `specdec` imports its bench command at start, and a spec that left
+    specdec_core.bench out made every `specdec` command of the bundle fail."""
+    got, _ = spec_run
+    excludes = got["Analysis"]["kwargs"]["excludes"]
+    code = textwrap.dedent("""
+        import json, sys
+        import app.main, app.main_window, specdec_core.cli
+        from specdec_core.cli.dispatch import COMMANDS, build_parser
+        build_parser()
+        excluded = json.loads(sys.argv[1])
+        print(json.dumps(sorted(m for m in sys.modules if any(m == e or m.startswith(e + ".") for e in excluded))))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(excludes)], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+    assert not [e for e in excludes if e.split(".")[0] in ("app", "specdec_core", "specdec_assets")]
