@@ -153,30 +153,44 @@ def owning_packages(paths: list[str]) -> dict[str, str]:
     return owners
 
 
+# Libraries only Qt plugins need that Qt loads when the session has them -- the GTK platform
+# theme on a GTK desktop, the Wayland platform on a Wayland session (xcb otherwise) -- with the
+# package each comes in: Recommends, never Depends (a machine without them runs the app on X11).
+OPTIONAL_LIBRARIES = {
+    "libgtk-3.so.0": "libgtk-3-0", "libgdk-3.so.0": "libgtk-3-0",
+    "libwayland-client.so.0": "libwayland-client0", "libwayland-cursor.so.0": "libwayland-cursor0",
+    "libwayland-egl.so.1": "libwayland-egl1",
+}
+
+
 def glibc_version() -> str:
     return platform.libc_ver()[1] or os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
 
 
-def depends(bundle: Path, arch: str) -> tuple[list[str], list[str]]:
-    """(the Depends entries of a bundle, warnings: libraries no package here provides)."""
+def depends(bundle: Path, arch: str) -> tuple[list[str], list[str], list[str]]:
+    """(the Depends entries of a bundle, its Recommends, warnings: libraries no package here
+    provides)."""
     needed, carried = needed_libraries(Path(bundle))
-    found, missing = system_paths(needed - carried, arch)
+    system = needed - carried
+    recommends = sorted({OPTIONAL_LIBRARIES[s] for s in system & OPTIONAL_LIBRARIES.keys()})
+    found, missing = system_paths(system - OPTIONAL_LIBRARIES.keys(), arch)
     owners = owning_packages(sorted(found.values()))
     packages = {owners[p] for p in found.values() if p in owners}
     unowned = sorted(s for s, p in found.items() if p not in owners)
-    warnings = [f"no library on this system for {s}" for s in sorted(missing)]
-    warnings += [f"{s} ({found[s]}) belongs to no Debian package" for s in unowned]
+    warnings = [f"no library on this system for {s}: not in Depends" for s in sorted(missing)]
+    warnings += [f"{s} ({found[s]}) belongs to no Debian package: not in Depends" for s in unowned]
     packages.discard("libc6")
-    return [f"libc6 (>= {glibc_version()})"] + sorted(packages), warnings
+    return [f"libc6 (>= {glibc_version()})"] + sorted(packages), recommends, warnings
 
 
 # ---- the package's tree
 
-def control(version: str, arch: str, deps: list[str], installed_kib: int, maintainer: str) -> str:
+def control(version: str, arch: str, deps: list[str], installed_kib: int, maintainer: str,
+            recommends: list[str] = ()) -> str:
     proj = project()
     return (f"Package: {NAME}\nVersion: {version}\nArchitecture: {arch}\nMaintainer: {maintainer}\n"
             f"Installed-Size: {installed_kib}\nDepends: {', '.join(deps)}\n"
-            "Recommends: fonts-dejavu-core\nSection: utils\nPriority: optional\n"
+            f"Recommends: {', '.join(['fonts-dejavu-core', *recommends])}\nSection: utils\nPriority: optional\n"
             f"Description: {proj['description']}\n"
             " SpecDec Chat runs a target language model with a small draft model and shows,\n"
             " token by token, what the draft proposed and the target accepted. The output is\n"
@@ -223,13 +237,17 @@ def installed_size_kib(root: Path) -> int:
     return total
 
 
+def check_bundle(bundle: Path) -> None:
+    if not (Path(bundle) / NAME).is_file():
+        raise FileNotFoundError(f"{bundle}: no {NAME} executable: not a built bundle")
+
+
 def stage(bundle: Path, root: Path, version: str, arch: str, deps: list[str],
-          maintainer: str = "SpecDec Chat maintainers <specdec-chat@localhost>") -> Path:
+          maintainer: str = "SpecDec Chat maintainers <specdec-chat@localhost>", recommends: list[str] = ()) -> Path:
     """The package's file tree under `root` (made; must not exist), from a bundle folder that
     holds the executable `specdec-chat` (and its `specdec` symlink). Returns `root`."""
     bundle, root = Path(bundle), Path(root)
-    if not (bundle / NAME).is_file():
-        raise FileNotFoundError(f"{bundle}: no {NAME} executable: not a built bundle")
+    check_bundle(bundle)
     root.mkdir(parents=True)
     copy_bundle(bundle, root / PREFIX.lstrip("/"))
     cli = root / PREFIX.lstrip("/") / CLI_NAME
@@ -257,7 +275,7 @@ def stage(bundle: Path, root: Path, version: str, arch: str, deps: list[str],
     for script, text in (("postinst", POSTINST), ("postrm", POSTRM)):
         (debian / script).write_text(text, encoding="utf-8")
         os.chmod(debian / script, 0o755)
-    (debian / "control").write_text(control(version, arch, deps, installed_size_kib(root), maintainer),
+    (debian / "control").write_text(control(version, arch, deps, installed_size_kib(root), maintainer, recommends),
                                     encoding="utf-8")
     os.chmod(debian, 0o755)
     return root
@@ -265,15 +283,16 @@ def stage(bundle: Path, root: Path, version: str, arch: str, deps: list[str],
 
 def build(bundle: Path, outdir: Path, version: str, compression: str, workdir: Path) -> Path:
     """stage() + dpkg-deb: the .deb in outdir (replaced if there), named as Debian names it."""
+    check_bundle(bundle)  # before anything in workdir is replaced
     arch = deb_arch()
-    deps, warnings = depends(bundle, arch)
+    deps, recommends, warnings = depends(bundle, arch)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     root = Path(workdir) / "deb-root"
     if root.exists():
         shutil.rmtree(root)
     stage(bundle, root, version, arch, deps, os.environ.get("DEB_MAINTAINER") or
-          "SpecDec Chat maintainers <specdec-chat@localhost>")
+          "SpecDec Chat maintainers <specdec-chat@localhost>", recommends)
     out = Path(outdir) / f"{NAME}_{version}_{arch}.deb"
     out.unlink(missing_ok=True)
     subprocess.run(["dpkg-deb", "--root-owner-group", f"-Z{compression}", "--build", str(root), str(out)],

@@ -525,3 +525,12 @@ def test_the_spec_excludes_nothing_the_two_commands_import(spec_run):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == []
     assert not [e for e in excludes if e.split(".")[0] in ("app", "specdec_core", "specdec_assets")]
+
+
+def test_the_spec_leaves_out_torchs_test_programs_only():
+    bd = _bundle_data()
+    for name in ("test_jit", "test_api", "TCPStoreTest", "HashStoreTest", "protoc", "protoc-3.13.0.0"):
+        assert bd.is_torch_tool(f"torch/bin/{name}") and bd.is_torch_tool(f"torch\\bin\\{name}"), name
+    for dest in ("torch/bin/torch_shm_manager", "torch/lib/libtorch_cpu.so", "test_jit", "torch/bin/sub/test_x",
+                 "specdec_core/cpu/kernels/lib/test_x.so", "torch/testing/_internal/test_x.py"):
+        assert not bd.is_torch_tool(dest), dest

@@ -44,9 +44,12 @@ def _version() -> str:
 
 @pytest.fixture
 def fake_bundle(tmp_path) -> Path:
+    return _fake_bundle_at(tmp_path / "dist" / "specdec-chat")
+
+
+def _fake_bundle_at(bundle: Path) -> Path:
     """A bundle folder shaped as build_linux.sh leaves it: the executable, its `specdec` link,
     an _internal/ with a library and a data file in a subfolder."""
-    bundle = tmp_path / "dist" / "specdec-chat"
     (bundle / "_internal" / "specdec_assets").mkdir(parents=True)
     (bundle / "specdec-chat").write_bytes(b"#!/bin/sh\necho fake\n")
     os.chmod(bundle / "specdec-chat", 0o700)  # a tight umask at build time: the package fixes modes
@@ -193,9 +196,24 @@ def test_depends_are_the_packages_of_the_system_libraries_the_bundle_does_not_ca
     shutil.copy(xau, bundle / "_internal" / "libXau.so.6")
     (bundle / "specdec-chat").write_text("#!/bin/sh\n")
     arch = deb.deb_arch()
-    deps, warnings = deb.depends(bundle, arch)
-    assert deps[0].startswith("libc6 (>= 2.") and not warnings
+    deps, recommends, warnings = deb.depends(bundle, arch)
+    assert deps[0].startswith("libc6 (>= 2.") and not warnings and not recommends
     assert deps[1:] == ["libxdmcp6"], deps
+
+
+@needs_dpkg
+def test_optional_plugin_libraries_are_recommended_and_unknown_ones_warned(tmp_path, monkeypatch):
+    """What only Qt's GTK theme and Wayland plugins need goes to Recommends whether or not the
+    build machine has it; a library nobody here provides is said, not guessed."""
+    needed = {"libc.so.6", "libgtk-3.so.0", "libgdk-3.so.0", "libwayland-egl.so.1", "libcarried.so.2",
+              "libnowhere-at-all.so.9"}
+    monkeypatch.setattr(deb, "needed_libraries", lambda bundle: (needed, {"libcarried.so.2"}))
+    deps, recommends, warnings = deb.depends(tmp_path, deb.deb_arch())
+    assert deps == [f"libc6 (>= {deb.glibc_version()})"]
+    assert recommends == ["libgtk-3-0", "libwayland-egl1"]
+    assert warnings == ["no library on this system for libnowhere-at-all.so.9: not in Depends"]
+    root = deb.stage(_fake_bundle_at(tmp_path / "b"), tmp_path / "root", "1.0", "amd64", deps, recommends=recommends)
+    assert "Recommends: fonts-dejavu-core, libgtk-3-0, libwayland-egl1\n" in (root / "DEBIAN/control").read_text()
 
 
 @needs_dpkg
@@ -229,9 +247,13 @@ def test_deb_py_build_makes_the_named_package_and_cleans_its_staging(fake_bundle
     # the fake bundle's only ELF-looking file is no real ELF: Depends is libc6 alone
     depends = subprocess.run(["dpkg-deb", "-f", str(out), "Depends"], capture_output=True, text=True).stdout
     assert depends.startswith("libc6 (>= ")
-    r = subprocess.run([sys.executable, str(PKG / "deb.py"), "build", str(tmp_path / "nothing"), str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    # a wrong folder: one line, and the work folder (a real build's staging) is left as it was
+    staging = tmp_path / "work" / "deb-root" / "kept"
+    staging.mkdir(parents=True)
+    r = subprocess.run([sys.executable, str(PKG / "deb.py"), "build", str(tmp_path / "nothing"), str(tmp_path),
+                        "--workdir", str(tmp_path / "work")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and r.stderr.startswith("deb.py: error: ") and "Traceback" not in r.stderr
+    assert staging.is_dir()
 
 
 # ---- the launcher: one executable, two commands
