@@ -534,4 +534,3 @@ def test_the_code_reads_only_package_files_pyproject_ships():
     assert {"specdec_core/cpu/abi.py", "specdec_core/cpu/build.py"} <= file_users
     assert "specdec_core/cpu/kernels/sdcpu.h" in shipped and {
         f"specdec_core/cpu/kernels/{n}" for n in ("quants.c", "forward.c", "features.c")} <= set(shipped)
-
