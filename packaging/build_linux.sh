@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Build the Linux bundle of SpecDec Chat: a self-contained folder + a .tar.gz.
+# Build the Linux bundle of SpecDec Chat: a self-contained folder, a .tar.gz and a .deb.
 #
-#   bash packaging/build_linux.sh [--no-models] [--self-test]
+#   bash packaging/build_linux.sh [--no-models] [--no-tarball] [--no-deb] [--self-test]
 #
 #   --no-models   slim bundle without the embedded pair (the user puts it in models/, see README)
+#   --no-tarball  no .tar.gz
+#   --no-deb      no .deb (it needs dpkg-deb, readelf and ldconfig: Debian or Ubuntu)
 #   --self-test   afterwards run the built executable's --self-test in a clean environment
 #                 (no Python, no venv, offscreen)
 #
 # Environment: PYTHON (default: .venv/bin/python, else python3) -- an environment with the
-# project, its [embedded] extra and pyinstaller installed.
-# Output: packaging/dist/specdec-chat/ and packaging/dist/specdec-chat-<version>-linux-<arch>.tar.gz
+# project, its [embedded] extra and pyinstaller installed. DEB_COMPRESSION (gzip, the default:
+# every dpkg reads it; xz: smaller, minutes slower; zstd; none), DEB_MAINTAINER.
+# Output: packaging/dist/specdec-chat/ (executable specdec-chat, and specdec: the command line),
+# packaging/dist/specdec-chat-<version>-linux-<arch>.tar.gz, packaging/dist/specdec-chat_<version>_<debarch>.deb
 # The LAST line printed is the path of the built executable.
 set -euo pipefail
 
@@ -19,11 +23,15 @@ cd "$ROOT"
 
 BUNDLE_MODELS=1
 SELF_TEST=0
+TARBALL_TOO=1
+DEB_TOO=1
 for arg in "$@"; do
   case "$arg" in
     --no-models) BUNDLE_MODELS=0 ;;
+    --no-tarball) TARBALL_TOO=0 ;;
+    --no-deb) DEB_TOO=0 ;;
     --self-test) SELF_TEST=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -52,29 +60,40 @@ built=$(date +%s)
 EXE="$DIST/$NAME/$NAME"
 [[ -x "$EXE" ]] || { echo "build failed: $EXE missing" >&2; exit 1; }
 
+# The command line: the same executable started as `specdec` (packaging/launcher.py picks the
+# entry point by that name; the bootloader resolves the link to this folder).
+ln -sfn "$NAME" "$DIST/$NAME/specdec"
+
 # Desktop integration files beside the executable (used by a user install or an AppImage).
 cp "$ROOT/assets/icon.png" "$DIST/$NAME/$NAME.png"
-cat > "$DIST/$NAME/$NAME.desktop" <<DESKTOP
-[Desktop Entry]
-Type=Application
-Name=SpecDec Chat
-Comment=Chat with exact speculative decoding, live
-Exec=$NAME
-Icon=$NAME
-Categories=Development;Utility;
-Terminal=false
-DESKTOP
+"$PYTHON" "$HERE/deb.py" desktop-entry > "$DIST/$NAME/$NAME.desktop"
 
-rm -f "$TARBALL"
-tar -C "$DIST" -czf "$TARBALL" "$NAME"
-packed=$(date +%s)
+packed=$built
+if [[ $TARBALL_TOO == 1 ]]; then
+  rm -f "$TARBALL"
+  tar -C "$DIST" -czf "$TARBALL" "$NAME"
+  packed=$(date +%s)
+fi
+
+debbed=$packed
+if [[ $DEB_TOO == 1 ]]; then
+  DEB="$("$PYTHON" "$HERE/deb.py" build "$DIST/$NAME" "$DIST" --version "$VERSION" \
+         --compression "${DEB_COMPRESSION:-gzip}" --workdir "$HERE/build" | tail -n 1)"
+  debbed=$(date +%s)
+fi
 
 {
   echo "version:        $VERSION (${SUFFIX:-full, embedded pair bundled})"
   echo "pyinstaller:    $((built - start)) s"
-  echo "tar.gz:         $((packed - built)) s"
   echo "folder size:    $(du -sh "$DIST/$NAME" | cut -f1)  ($(du -sb "$DIST/$NAME" | cut -f1) bytes)"
-  echo "tar.gz size:    $(du -h "$TARBALL" | cut -f1)  ($(stat -c %s "$TARBALL") bytes)  $TARBALL"
+  if [[ $TARBALL_TOO == 1 ]]; then
+    echo "tar.gz:         $((packed - built)) s"
+    echo "tar.gz size:    $(du -h "$TARBALL" | cut -f1)  ($(stat -c %s "$TARBALL") bytes)  $TARBALL"
+  fi
+  if [[ $DEB_TOO == 1 ]]; then
+    echo "deb:            $((debbed - packed)) s (${DEB_COMPRESSION:-gzip})"
+    echo "deb size:       $(du -h "$DEB" | cut -f1)  ($(stat -c %s "$DEB") bytes)  $DEB"
+  fi
 } | tee "$DIST/build-info.txt" >&2
 
 # AppImage: only when appimagetool is already installed (it is not in Debian's or PyPI's

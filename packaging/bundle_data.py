@@ -88,3 +88,11 @@ def drop_build_only(toc, keep: set[str]) -> list:
             continue
         kept.append(entry)
     return kept
+
+
+def is_torch_tool(dest: str) -> bool:
+    """A program in torch/bin that only torch's own tests and builds run (test_*, *Test, protoc):
+    the spec leaves them out of the bundle. torch_shm_manager is not one."""
+    path = PurePosixPath(dest.replace("\\", "/"))
+    return path.parent.as_posix() == "torch/bin" and (
+        path.name.startswith(("test_", "protoc")) or path.name.endswith("Test"))

@@ -395,6 +395,36 @@ def test_the_spec_bundles_every_package_data_file(spec_run):
             assert f"specdec_core/cpu/kernels/lib/{build.library_name(variant)}" in bundled, variant.name
 
 
+def test_the_spec_excludes_nothing_the_two_commands_import(spec_run):
+    """Both commands of the bundle (the window and `specdec`, every subcommand) import nothing
+    the spec leaves out: `specdec` imports its bench command at start, and a spec that left
+    specdec_core.bench out made every `specdec` command of the bundle fail."""
+    got, _ = spec_run
+    excludes = got["Analysis"]["kwargs"]["excludes"]
+    code = textwrap.dedent("""
+        import json, sys
+        import app.main, app.main_window, specdec_core.cli
+        from specdec_core.cli.dispatch import COMMANDS, build_parser
+        build_parser()
+        excluded = json.loads(sys.argv[1])
+        print(json.dumps(sorted(m for m in sys.modules if any(m == e or m.startswith(e + ".") for e in excluded))))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(excludes)], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+    assert not [e for e in excludes if e.split(".")[0] in ("app", "specdec_core", "specdec_assets")]
+
+
+def test_the_spec_leaves_out_torchs_test_programs_only():
+    bd = _bundle_data()
+    for name in ("test_jit", "test_api", "TCPStoreTest", "HashStoreTest", "protoc", "protoc-3.13.0.0"):
+        assert bd.is_torch_tool(f"torch/bin/{name}") and bd.is_torch_tool(f"torch\\bin\\{name}"), name
+    for dest in ("torch/bin/torch_shm_manager", "torch/lib/libtorch_cpu.so", "test_jit", "torch/bin/sub/test_x",
+                 "specdec_core/cpu/kernels/lib/test_x.so", "torch/testing/_internal/test_x.py"):
+        assert not bd.is_torch_tool(dest), dest
+
+
 # How the code finds its package files. specdec_core.assets is the one accessor of the assets
 # package (importlib.resources); other modules that read files beside their own (__file__) are
 # named here with the files they read, which must ship -- or why what they read is no package file.
