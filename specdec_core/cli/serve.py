@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
     s.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port")
     s.add_argument("--api-key", default=None, metavar="KEY",
                    help=f"the key clients must send as Authorization: Bearer KEY (default: ${API_KEY_ENV}, which "
-                        "keeps it out of ps; none: no key asked)")
+                        "keeps it out of ps; with neither, no key is asked)")
     s.add_argument("--max-waiting", type=int_at_least("--max-waiting", 0), default=DEFAULT_MAX_WAITING,
                    metavar="N", help=f"requests that may wait for the engine (default {DEFAULT_MAX_WAITING}); "
                                      "past that they get 429 with Retry-After")
