@@ -64,7 +64,8 @@ def main() -> int:
             "In two sentences: what is speculative decoding?",
             "Write a Python function that reverses a string, with a one-line docstring.",
         ]
-        max_new = args.max_new_tokens or 96
+        # the app's default: no limit (0, "off"), the answer ends where the model ends it
+        max_new = args.max_new_tokens if args.max_new_tokens is not None else 0
 
     win = MainWindow(tempfile.mkdtemp(prefix="specdec-shot-"), theme, request)
     w, h = (int(x) for x in args.size.split("x"))
