@@ -68,8 +68,8 @@ class Shape:
         for e in tokens:
             offsets.append(self._offset)
             self._offset += len(e.text)
-        return {"tokens": [lp.chosen.text for lp in lps], "token_logprobs": [lp.chosen.logprob for lp in lps],
-                "top_logprobs": [{t.text: t.logprob for t in (lp.chosen, *lp.top)} for lp in lps],
+        return {"tokens": [lp.chosen.text for lp in lps], "token_logprobs": [_finite(lp.chosen.logprob) for lp in lps],
+                "top_logprobs": [{t.text: _finite(t.logprob) for t in (lp.chosen, *lp.top)} for lp in lps],
                 "text_offset": offsets}
 
     # -- streamed ---------------------------------------------------------------------------
@@ -112,8 +112,17 @@ class Shape:
         return obj
 
 
+# A token the grammar forbids has logprob -inf, which JSON cannot carry: -9999.0 stands for it
+# there, as OpenAI and vLLM write it.
+IMPOSSIBLE = -9999.0
+
+
+def _finite(logprob: float) -> float:
+    return max(logprob, IMPOSSIBLE)
+
+
 def _entry(t: TokenLogprob) -> dict:
-    return {"token": t.text, "logprob": t.logprob, "bytes": list(t.utf8)}
+    return {"token": t.text, "logprob": _finite(t.logprob), "bytes": list(t.utf8)}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats: Stats | None) -> dict:

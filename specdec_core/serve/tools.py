@@ -79,7 +79,9 @@ def tools_grammar(use: ToolUse, special_tokens: bool) -> GrammarSpec | None:
                                                    "arguments": f.get("parameters") or {"type": "object"}},
                   "required": ["name", "arguments"], "additionalProperties": False, "x-guidance": JSON_LAYOUT}
         rules.append(f"f{i}: %json {json.dumps(schema)}")
-    calls = 'call ("\\n" call)*' if use.several else "call"
+    # after a call the model may end, or write the newline that would open its next call and then
+    # end after all: the grammar never forces a call the model did not mean
+    calls = 'call ("\\n" call)* "\\n"?' if use.several else "call"
     if use.choice == "function":
         start = "start: call"
     elif use.choice == "required":
