@@ -5,6 +5,7 @@
     python scripts/screenshot_chat.py out.png --target default --draft default
     python scripts/screenshot_chat.py out.png --target http://127.0.0.1:8080   # a llama-server, vLLM, specdec serve
     xvfb-run -a python scripts/screenshot_chat.py out.png          # under a virtual X server
+    python scripts/screenshot_chat.py race.png --race --target default --draft default --prompt "..."
 
 Works offscreen (QT_QPA_PLATFORM=offscreen is set when there is no display). The chat runs one
 message in standard mode and one in speculative mode so both colourings show.
@@ -38,6 +39,8 @@ def main() -> int:
     ap.add_argument("--theme", default="light", choices=("light", "dark", "auto"))
     ap.add_argument("--size", default="1360x860", help="window size WxH")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--race", action="store_true",
+                    help="the Race tab instead: the last --prompt raced, standard against speculative")
     args = ap.parse_args()
 
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
@@ -88,6 +91,37 @@ def main() -> int:
         print(f"load failed: {state['error']}", file=sys.stderr)
         win.shutdown()
         return 1
+    if args.race:
+        race_prompt(win, prompts[-1], wait)
+    else:
+        chat(win, args, prompts, max_new, wait, state)
+    end = time.monotonic() + 0.5  # let the last renders and layouts settle
+    while time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.02)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ok = win.grab().save(str(out))
+    win.shutdown()
+    win.close()
+    print(out if ok else "could not save the PNG")
+    return 0 if ok else 1
+
+
+def race_prompt(win, prompt: str, wait) -> None:
+    """The Race tab: `prompt` in both lanes, interleaved step by step on the one engine."""
+    race = win.race_view
+    finished = {"done": False}
+    race.race_done.connect(lambda _r: finished.update(done=True))
+    win.tabs.setCurrentWidget(race)
+    race.prompt.setPlainText(prompt)
+    if not wait(lambda: race.ready) or not race.start():
+        print("the race did not start", file=sys.stderr)
+    elif not wait(lambda: finished["done"]):
+        print("race timed out", file=sys.stderr)
+
+
+def chat(win, args, prompts, max_new, wait, state) -> None:
     win.page.system_prompt.setPlainText(args.system)
     win.side_panel.max_new.setValue(max_new)
     server = win.models.model_info.get("server")
@@ -103,17 +137,6 @@ def main() -> int:
             break
     if not fixed:
         win.side_panel.set_mode("speculative")
-    end = time.monotonic() + 0.5  # let the last renders and layouts settle
-    while time.monotonic() < end:
-        app.processEvents()
-        time.sleep(0.02)
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    ok = win.grab().save(str(out))
-    win.shutdown()
-    win.close()
-    print(out if ok else "could not save the PNG")
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
