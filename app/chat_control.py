@@ -167,14 +167,19 @@ class ChatControl(QObject):
         if chat_id is None and not self.messages:
             self.status_label.setText("Nothing to export yet")
             return
-        path, _ = QFileDialog.getSaveFileName(self.window, "Export chat as Markdown", "chat.md", "Markdown (*.md)")
-        if path:
-            try:
-                self.export_markdown(path, chat_id)
-            except OSError as exc:
-                self.show_error("Could not export the chat", f"{path}: {exc.strerror or exc}")
-                return
-            self.status_label.setText(f"Exported to {path}")
+        self.save_as("Export chat as Markdown", "chat.md", "Markdown (*.md)", lambda p: self.export_markdown(p, chat_id))
+
+    def save_as(self, caption: str, name: str, file_filter: str, write: Callable[[str], object]) -> None:
+        """Ask where to export, write there (`write(path)`); a disk that says no is a dialog."""
+        path, _ = QFileDialog.getSaveFileName(self.window, caption, name, file_filter)
+        if not path:
+            return
+        try:
+            write(path)
+        except OSError as exc:
+            self.show_error("Could not export the chat", f"{path}: {exc.strerror or exc}")
+            return
+        self.status_label.setText(f"Exported to {path}")
 
     # -- the branch shown ---------------------------------------------------------------
     def bubble(self, m: Message) -> MessageWidget:

@@ -74,15 +74,7 @@ class ChatTransfer(QObject):
         if chat is None:
             self.status_label.setText("Nothing to export yet")
             return
-        path, _ = QFileDialog.getSaveFileName(self.window, "Export chat as JSON", file_name(chat.title), FILTER)
-        if not path:
-            return
-        try:
-            self.export_json(path, chat_id)
-        except OSError as exc:
-            self.show_error("Could not export the chat", f"{path}: {exc.strerror or exc}")
-            return
-        self.status_label.setText(f"Exported to {path}")
+        self.chats.save_as("Export chat as JSON", file_name(chat.title), FILTER, lambda p: self.export_json(p, chat_id))
 
     # -- import ---------------------------------------------------------------------------
     def import_file(self, path: Path | str) -> int:
