@@ -26,6 +26,7 @@ A check raises `bad_value` / `not_served` / `wrong_type` with a message in which
 stands for the field's location (filled in here, where the location is known).
 """
 
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, TypeAdapter, \
@@ -187,11 +188,14 @@ class ContentPart(_Object):
     text: str = Field(None, validate_default=True)  # absent: "must be a string, got null" (422)
 
 
-def _served_role(role: str) -> str:
-    if role not in ROLES:
-        raise not_served("{param}: {role} messages are not served here; use system, user or assistant",
-                         role=repr(role))
-    return role
+def served_role(roles: dict[str, str], names: str) -> Callable[[str], str]:
+    """A message role's check: one of `roles`, else not served, naming the ones that are."""
+    def check(role: str) -> str:
+        if role not in roles:
+            raise not_served("{param}: {role} messages are not served; use " + names, role=repr(role))
+        return role
+
+    return check
 
 
 class Message(_Object):
@@ -199,7 +203,8 @@ class Message(_Object):
 
     expected: ClassVar[str] = "an object with role and content"
 
-    role: Annotated[str, AfterValidator(_served_role)] = Field(None, validate_default=True)  # absent: 422, as null
+    role: Annotated[str, AfterValidator(served_role(ROLES, "system, user or assistant"))] = Field(
+        None, validate_default=True)  # absent: 422, as null
     content: Annotated[str | list[ContentPart], either("a string or an array of text parts", str, list[ContentPart])]
 
     @property

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails
 
 from .schema import ROLES, ChatCompletionRequest, CompletionRequest, Message, _Object, _some_messages, \
-    bad_value, either, missing, not_served, NullIsMissing
+    bad_value, either, missing, not_served, served_role, NullIsMissing
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's rule for a function's name
 
@@ -131,19 +131,13 @@ class ToolCall(_Object):
 TOOL_ROLES = {**ROLES, "tool": "tool"}
 
 
-def _served_role(role: str) -> str:
-    if role not in TOOL_ROLES:
-        raise not_served("{param}: {role} messages are not served; use system, user, assistant or tool",
-                         role=repr(role))
-    return role
-
-
 class ToolMessage(Message):
     """A message that may be a tool's result or an assistant's calls (content null with calls)."""
 
     expected: ClassVar[str] = "an object with role and content"
 
-    role: Annotated[str, AfterValidator(_served_role)] = Field(None, validate_default=True)
+    role: Annotated[str, AfterValidator(served_role(TOOL_ROLES, "system, user, assistant or tool"))] = Field(
+        None, validate_default=True)
     content: Annotated[Any, either("a string or an array of text parts", str, list[Any], type(None))] = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
