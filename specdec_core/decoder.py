@@ -186,7 +186,7 @@ class Decoder:
             if constraint is not None:  # row i: the grammar's state after draft[:i]
                 logits = constraint.mask(logits, draft)
             # 3. accept
-            verdict, margins, sureness = self._decide(ids, draft, proposal.q_draft, logits, params, rng)
+            verdict, margins = self._decide(ids, draft, proposal.q_draft, logits, params, rng)
             t_done = time.perf_counter()
             new = draft[: verdict.n_accepted] + [verdict.next_token]
             # the verdict names the step's target token: corrected, bonus (all k >= 1 kept) or,
@@ -212,6 +212,10 @@ class Decoder:
                 if step == 0:
                     policy.observe_prefill(n_fed, t_done - t_verify)
                 elif proposal.source != GRAMMAR:  # a forced run is no choice of the controller's
+                    # how peaked the target's rows were predicts how often the draft would agree
+                    # (adaptive.py, rule 5): greedy has them already, a sampled step takes them
+                    # here, only where a controller reads them
+                    sureness = margins if margins is not None else greedy_picks(logits[: len(new)])[1]
                     policy.observe(StepOutcome(
                         proposal.source, k, verdict.n_accepted, t_verify - t_draft - proposal.catchup_seconds,
                         t_done - t_verify, proposal.catchup_seconds, proposal.catchup_tokens,
@@ -262,28 +266,22 @@ class Decoder:
 
     @staticmethod
     def _decide(ids, draft, q_draft, logits, params: SamplingParams, rng: torch.Generator):
-        """logits [k+1, V] -> (Verdict, margins [k+1] or None, sureness [k+1]). Row i follows
-        the committed `ids` and draft[:i]: what the penalties count there, as standard decoding
-        would have had it emitted those proposals.
-
-        margins: greedy only, the top-1 minus top-2 logit at each row (how close each call was,
-        for the near-tie check). sureness: the same margins, sampling too -- what the controller
-        reads to predict how often the draft would agree (adaptive.py, rule 5); a sampled step
-        is as predictable as its target rows are peaked, so it needs them as much as greedy does.
-        """
+        """logits [k+1, V] -> (Verdict, margins [k+1] or None). Row i follows the committed
+        `ids` and draft[:i]: what the penalties count there, as standard decoding would have had
+        it emitted those proposals. margins: greedy only, the top-1 minus top-2 logit at each row
+        (how close each call was, for the near-tie check)."""
         k = len(draft)
         if params.greedy:
             # no softmax: argmax is all greedy needs (the first of equal maxima, as generate()
             # breaks exact ties); the top-2 margin says how close each call was.
             argmax, margins = greedy_picks(shaped_logits(logits, params, ids, draft))
-            return greedy_verify(draft, argmax), margins, margins
-        sureness = greedy_picks(logits)[1]
+            return greedy_verify(draft, argmax), margins
         p_target = probabilities(logits, params, ids, draft)  # [k+1, V]
         u_accept = torch.rand(k, generator=rng)
         u_next = float(torch.rand((), generator=rng))
         tokens = torch.tensor(draft, dtype=torch.long, device=p_target.device)
         q = None if q_draft is None else q_draft.to(p_target.device)
-        return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None, sureness
+        return speculative_verify(tokens, q, p_target, u_accept.to(p_target.device), u_next), None
 
 
 _NOTHING = Proposal([])  # what a plain step proposes
