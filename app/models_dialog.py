@@ -11,8 +11,9 @@ there. Below, the target's quantization and the device, and the pair's memory ne
 is free. Load checks that need first: a pair that will not fit gets a dialog with the numbers and
 a smaller preset instead of an out-of-memory crash.
 
-The hub download part is its own widget (app/download_panel.py). Everything slow runs in
-app/models_worker.py's threads; this module never imports torch.
+The target list (app/model_targets.py), the draft list (app/model_drafts.py) and the hub
+download part (app/download_panel.py) are widgets of their own; this module chooses, checks and
+loads. Everything slow runs in app/models_worker.py's threads; this module never imports torch.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QFont
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -31,19 +30,16 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
     QMessageBox,
     QPushButton,
     QSplitter,
-    QTreeWidget,
-    QTreeWidgetItem,
     QVBoxLayout,
 )
 
-from .download_panel import DownloadPanel, size_text
+from .download_panel import DownloadPanel
+from .model_drafts import NO_DRAFT, DraftList, draft_candidates
+from .model_targets import KEY, TargetTree, gib_text
 from .models_worker import (
     DraftsJob,
     EstimateJob,
@@ -53,33 +49,8 @@ from .models_worker import (
 )
 from .worker import LoadRequest
 
-KEY = Qt.ItemDataRole.UserRole
-NO_DRAFT = "none"
 QUANTS = (("Automatic (NF4 on a GPU, none on CPU)", None), ("None (full precision)", "none"),
           ("NF4 4-bit (bitsandbytes)", "nf4"), ("int8 (bitsandbytes)", "int8"))
-
-
-def gib_text(n: int | float | None) -> str:
-    """Memory in binary units: GiB from 1 GiB up, MiB or KiB below (tiny models are tiny)."""
-    if n is None:
-        return "?"
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GiB"
-    if n >= 2**20:
-        return f"{n / 2**20:.0f} MiB"
-    return f"{max(n, 1) / 2**10:.0f} KiB"
-
-
-def spec_for(m: dict, role: str) -> str | None:
-    """What --target/--draft take to load local model `m` in `role` (None: it cannot be)."""
-    if m.get("error"):
-        return None
-    if m["origin"] == "embedded":
-        if m["role"] == role:
-            return "default"
-        # the other embedded model: by its assembled file, once it exists
-        return m["path"] if m.get("path") and Path(m["path"]).is_file() else None
-    return m["spec"]
 
 
 class ModelsDialog(QDialog):
@@ -134,66 +105,65 @@ class ModelsDialog(QDialog):
         self.machine_label = QLabel("This machine: measuring…")
         self.machine_label.setObjectName("Muted")
         outer.addWidget(self.machine_label)
-
         split = QSplitter(Qt.Orientation.Horizontal)
         split.setChildrenCollapsible(False)
         outer.addWidget(split, 1)
+        split.addWidget(self._targets_box())
+        split.addWidget(self._drafts_box())
+        split.setSizes([760, 480])
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.load_button = self.buttons.addButton("Load", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.load_button.setDefault(True)
+        self.load_button.setEnabled(False)
+        self.buttons.accepted.connect(self.try_load)
+        self.buttons.rejected.connect(self.reject)
+        outer.addWidget(self.buttons)
 
-        # targets
-        left = QGroupBox("Target")
-        llay = QVBoxLayout(left)
-        self.tree = QTreeWidget()
-        self.tree.setObjectName("ModelTree")
-        self.tree.setColumnCount(5)
-        self.tree.setHeaderLabels(["Model", "Format", "Quantization", "Size", "Needs here"])
-        self.tree.setRootIsDecorated(False)
-        self.tree.setUniformRowHeights(True)
-        self.tree.setAlternatingRowColors(True)
-        self.tree.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        header = self.tree.header()
-        header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in range(1, 5):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+    def _targets_box(self) -> QGroupBox:
+        """Left: the target list, the ways to add one (a file, a folder, a server, the hub), the status."""
+        box = QGroupBox("Target")
+        lay = QVBoxLayout(box)
+        self.tree = TargetTree()
         self.tree.currentItemChanged.connect(lambda *_: self._on_target_changed())
-        llay.addWidget(self.tree, 1)
+        lay.addWidget(self.tree, 1)
         row = QHBoxLayout()
-        self.open_file_button = QPushButton("Open .gguf file…")
-        self.open_file_button.clicked.connect(self._open_file)
-        self.open_folder_button = QPushButton("Open folder…")
-        self.open_folder_button.clicked.connect(self._open_folder)
-        self.rescan_button = QPushButton("Refresh")
-        self.rescan_button.setToolTip("look again at the caches and recent files")
-        self.rescan_button.clicked.connect(self.rescan)
-        row.addWidget(self.open_file_button)
-        row.addWidget(self.open_folder_button)
-        self.server_button = QPushButton("Server…")
-        self.server_button.setToolTip("a llama-server or vLLM server as the target: it decodes with its own draft")
-        self.server_button.clicked.connect(self._ask_server)
-        row.addWidget(self.server_button)
+        self.open_file_button = self._button("Open .gguf file…", self._open_file)
+        self.open_folder_button = self._button("Open folder…", self._open_folder)
+        self.server_button = self._button("Server…", self._ask_server,
+                                          "a llama-server or vLLM server as the target: it decodes with its own draft")
+        self.rescan_button = self._button("Refresh", self.rescan, "look again at the caches and recent files")
+        for b in (self.open_file_button, self.open_folder_button, self.server_button):
+            row.addWidget(b)
         row.addStretch(1)
         row.addWidget(self.rescan_button)
-        llay.addLayout(row)
+        lay.addLayout(row)
         self.downloads = DownloadPanel(self)
         self.downloads.finished.connect(self._on_download_finished)
-        llay.addWidget(self.downloads)
+        lay.addWidget(self.downloads)
         self.status = QLabel("")
         self.status.setWordWrap(True)
-        llay.addWidget(self.status)
-        split.addWidget(left)
+        lay.addWidget(self.status)
+        return box
 
-        # drafts and options
-        right = QGroupBox("Draft")
-        rlay = QVBoxLayout(right)
+    @staticmethod
+    def _button(text: str, slot, tip: str = "") -> QPushButton:
+        b = QPushButton(text)
+        if tip:
+            b.setToolTip(tip)
+        b.clicked.connect(slot)
+        return b
+
+    def _drafts_box(self) -> QGroupBox:
+        """Right: the drafts for the chosen target, the target's quantization and the device, and
+        the pair's memory need."""
+        box = QGroupBox("Draft")
+        lay = QVBoxLayout(box)
         self.drafts_title = QLabel("Pick a target to see which drafts fit it.")
         self.drafts_title.setWordWrap(True)
-        rlay.addWidget(self.drafts_title)
-        self.draft_list = QListWidget()
-        self.draft_list.setObjectName("DraftList")
-        self.draft_list.setWordWrap(True)
-        self.draft_list.setSpacing(2)
+        lay.addWidget(self.drafts_title)
+        self.draft_list = DraftList()
         self.draft_list.currentItemChanged.connect(self._on_draft_selected)
-        rlay.addWidget(self.draft_list, 1)
+        lay.addWidget(self.draft_list, 1)
         form = QFormLayout()
         self.quant = QComboBox()
         for label, value in QUANTS:
@@ -207,21 +177,12 @@ class ModelsDialog(QDialog):
         self.device.currentIndexChanged.connect(lambda *_: self._request_estimate())
         form.addRow("Target quantization", self.quant)
         form.addRow("Device", self.device)
-        rlay.addLayout(form)
+        lay.addLayout(form)
         self.memory_label = QLabel("")
         self.memory_label.setWordWrap(True)
         self.memory_label.setTextFormat(Qt.TextFormat.RichText)
-        rlay.addWidget(self.memory_label)
-        split.addWidget(right)
-        split.setSizes([760, 480])
-
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
-        self.load_button = self.buttons.addButton("Load", QDialogButtonBox.ButtonRole.AcceptRole)
-        self.load_button.setDefault(True)
-        self.load_button.setEnabled(False)
-        self.buttons.accepted.connect(self.try_load)
-        self.buttons.rejected.connect(self.reject)
-        outer.addWidget(self.buttons)
+        lay.addWidget(self.memory_label)
+        return box
 
     # -- scanning -------------------------------------------------------------------------
     def rescan(self) -> None:
@@ -271,120 +232,26 @@ class ModelsDialog(QDialog):
             resolved = spec
         return f"model:{resolved}"
 
-    def _need_cell(self, need: dict | None, fits: bool | None = None) -> tuple[str, str]:
-        """(text, tooltip) for the 'Needs here' column."""
-        if not need or need.get("bytes") is None:
-            return ("?", (need or {}).get("how", "unknown until downloaded"))
-        free = self._free(need.get("device", "cpu"))
-        ok = fits if fits is not None else need["bytes"] <= free
-        mark = "✓" if ok else "too big"
-        return (f"{gib_text(need['bytes'])} {need.get('place', 'RAM')}  {mark}", need.get("how", ""))
-
     def _free(self, device: str) -> int:
         if device.startswith("cuda"):
             return sum(g["free"] for g in self.machine.get("gpus", [])) + self.freeable
         return self.machine.get("ram_available", 0) + self.freeable
 
     def _fill_targets(self, select_key: str | None) -> None:
-        self.tree.blockSignals(True)
-        self.tree.clear()
-        self.targets = {}
-        bold = QFont()
-        bold.setBold(True)
-        muted = QBrush(self.palette().color(self.palette().ColorGroup.Disabled, self.palette().ColorRole.Text))
-
-        presets = QTreeWidgetItem(["Presets (known-good pairs)"])
-        presets.setFont(0, bold)
-        presets.setFlags(Qt.ItemFlag.ItemIsEnabled)
-        self.tree.addTopLevelItem(presets)
-        for p in self.presets:
-            e = p["estimate"]
-            key = f"preset:{p['name']}"
-            where = "for CUDA GPUs" if p["device"] == "cuda" else "for the CPU"
-            if p["device"] == "cuda" and not self.machine.get("gpus"):
-                where += " (none here: on the CPU, slowly)"
-            need_text, need_tip = self._need_cell({**e, "how": " · ".join(
-                x["how"] for x in (e["target"], e["draft"]) if x)}, p["fits"])
-            quant = p["target_quantization"] or ("Q4_K_M" if p["target"] == "default" else "auto")
-            shown = "embedded Qwen2.5-Coder-1.5B-Instruct" if p["target"] == "default" else p["target"].split("/")[-1]
-            item = QTreeWidgetItem([f"{p['name']}: {shown}",
-                                    "GGUF" if p["target"] == "default" else "safetensors",
-                                    quant.upper() if quant in ("nf4", "int8") else quant, "", need_text])
-            item.setToolTip(0, f"{p['target']} + draft {p['draft']}\n{p['notes']} — {where}")
-            item.setToolTip(4, need_tip)
-            if not p["fits"]:
-                item.setForeground(4, QBrush(self.palette().color(self.palette().ColorRole.PlaceholderText)))
-            item.setData(0, KEY, key)
-            presets.addChild(item)
-            self.targets[key] = {"kind": "preset", "spec": p["target"], "name": p["name"], "preset": p,
-                                 "format": "GGUF" if p["target"] == "default" else "safetensors"}
-
-        here = QTreeWidgetItem(["On this computer"])
-        here.setFont(0, bold)
-        here.setFlags(Qt.ItemFlag.ItemIsEnabled)
-        self.tree.addTopLevelItem(here)
-        for m in self.local:
-            spec = spec_for(m, "target")
-            key = "model:default:target" if spec == "default" else f"model:{spec or m.get('path') or m['spec']}"
-            if key in self.targets:
-                continue
-            origin = {"embedded": "embedded", "app cache": "app cache", "hf cache": "Hugging Face cache",
-                      "recent": "recent"}.get(m["origin"], m["origin"])
-            if m["origin"] == "embedded":
-                origin += f" {m['role']}"
-            if m.get("where"):  # another model here has the same name: its folder tells them apart
-                origin += f" · {m['where']}"
-            need_text, need_tip = self._need_cell(m.get("need")) if spec else ("", "")
-            params = f" · {m['params'] / 1e9:.2f} B parameters" if m.get("params") else ""
-            item = QTreeWidgetItem([f"{m['name']}  ({origin})", m["format"], m["quantization"],
-                                    size_text(m["bytes"]), need_text])
-            tip = f"{m.get('path') or m['spec']}{params}"
-            if m.get("loaded"):
-                ld = m["loaded"]
-                tip += (f"\nlast loaded as {ld.get('quantization')} ({ld.get('dtype')}) on {ld.get('device')}, "
-                        f"{gib_text(ld.get('memory_bytes'))}")
-            if m.get("error"):
-                tip += f"\n{m['error']}"
-                item.setText(4, m["error"])
-            elif not spec:
-                tip += "\nnot assembled yet: usable as the draft of the default pair"
-            item.setToolTip(0, tip)
-            item.setToolTip(4, need_tip or tip)
-            item.setData(0, KEY, key)
-            if not spec:
-                item.setFlags(Qt.ItemFlag.NoItemFlags)
-                for col in range(5):
-                    item.setForeground(col, muted)
-            here.addChild(item)
-            self.targets[key] = {"kind": "model", "spec": spec, "name": m["name"], "model": m, "format": m["format"]}
-        if not self.local:
-            empty = QTreeWidgetItem(["(none yet: open a file or folder, or download from the hub)"])
-            empty.setFlags(Qt.ItemFlag.NoItemFlags)
-            here.addChild(empty)
-        self.tree.expandAll()
-        self.tree.blockSignals(False)
+        self.targets = self.tree.fill(self.presets, self.local, self.machine, self._free, self.palette())
         if select_key and select_key in self.targets:
             self.select_target(select_key)
         elif self.selected_target_key() is None:
             self._on_target_changed()
 
     # -- choosing -------------------------------------------------------------------------
-    def _item_for(self, key: str) -> QTreeWidgetItem | None:
-        for i in range(self.tree.topLevelItemCount()):
-            top = self.tree.topLevelItem(i)
-            for j in range(top.childCount()):
-                if top.child(j).data(0, KEY) == key:
-                    return top.child(j)
-        return None
-
     def select_target(self, key: str) -> None:
-        item = self._item_for(key)
+        item = self.tree.item_for(key)
         if item is not None and item.flags() & Qt.ItemFlag.ItemIsEnabled:
             self.tree.setCurrentItem(item)
 
     def selected_target_key(self) -> str | None:
-        item = self.tree.currentItem()
-        key = item.data(0, KEY) if item is not None else None
+        key = self.tree.current_key()
         return key if key in self.targets else None
 
     def selected_target(self) -> dict | None:
@@ -411,26 +278,7 @@ class ModelsDialog(QDialog):
             self.device.setCurrentIndex(self.device.findData("cuda"))
         self.drafts_title.setText(f"Drafts for <b>{html.escape(t['name'])}</b>: checked from their files "
                                   "(same token ids, same end-of-generation ids) before anything loads.")
-        # candidates: every local model that can be a draft, and the preset's own draft
-        cands: dict[str, dict] = {}
-        same = self._identity(t)
-        for m in self.local:
-            spec = spec_for(m, "draft")
-            if not spec or (m.get("path") or m["spec"]) == same:
-                continue  # not loadable as a draft, or the target itself
-            key = "model:default:draft" if spec == "default" else f"model:{spec}"
-            cands[key] = {"spec": spec, "role": "draft", "bytes": m["bytes"],
-                          "name": m["name"] + (f" ({m['where']})" if m.get("where") else ""),
-                          "detail": f"{m['format']} {m['quantization']} · {size_text(m['bytes'])}"}
-        for c in cands.values():
-            c.update(status="checking", reason="")
-        if t["kind"] == "preset":  # a known-good pair: its own draft fits, downloaded or not
-            d = t["preset"]["draft"]
-            key = "model:default:draft" if d == "default" else self._key_for_spec(d, "draft")
-            detail = cands[key]["detail"] if key in cands else "hub model, downloaded when loaded"
-            cands[key] = {"spec": d, "role": "draft", "name": cands.get(key, {}).get("name", d),
-                          "bytes": cands.get(key, {}).get("bytes", 0), "status": "ok", "reason": "",
-                          "detail": f"the preset's own draft (a known-good pair) · {detail}"}
+        cands = draft_candidates(t, self.local, self._key_for_spec)
         self.drafts = cands
         self._fill_drafts(self._preferred_draft(t))
         self._job += 1
@@ -442,14 +290,6 @@ class ModelsDialog(QDialog):
         else:
             self.drafts_checked.emit()
         self._request_estimate()
-
-    @staticmethod
-    def _identity(t: dict) -> str:
-        """The file or hub id behind a target entry ('default' means the embedded target's file)."""
-        m = t.get("model")
-        if m is not None:
-            return m.get("path") or m["spec"]
-        return t["spec"]
 
     def _preferred_draft(self, t: dict) -> str | None:
         if t["kind"] == "preset":
@@ -507,50 +347,11 @@ class ModelsDialog(QDialog):
         none wanted, the smallest one that fits."""
         if wanted != "keep":
             self._wanted_draft = wanted
-        wanted = self._wanted_draft
-        self.draft_list.blockSignals(True)
-        self.draft_list.clear()
-        none = QListWidgetItem("None: target only (prompt lookup proposes from the chat itself)")
-        none.setData(KEY, NO_DRAFT)
-        none.setToolTip("standard decoding, or speculative decoding with prompt lookup: no draft model to load")
-        self.draft_list.addItem(none)
-        order = {"ok": 0, "checking": 1, "unknown": 2, "no": 3}
-        chosen = none if wanted == NO_DRAFT else None
-        first_ok = None
-        for key, c in sorted(self.drafts.items(), key=lambda kc: (order[kc[1]["status"]], kc[1]["bytes"] or 0,
-                                                                 kc[1]["name"])):
-            status = c["status"]
-            if status == "ok":
-                text = f"✓  {c['name']}\n     fits · {c['detail']}"
-                tip = "same token ids and end-of-generation ids as the target"
-            elif status == "checking":
-                text = f"…  {c['name']}\n     checking its vocabulary…"
-                tip = "reading its tokenizer"
-            elif status == "unknown":
-                text = f"?  {c['name']}\n     not checked: {c['reason']}"
-                tip = f"{c['reason']}\nloading checks it again and says why if it does not fit"
-            else:
-                text = f"✗  {c['name']}\n     does not fit: {c['reason']}"
-                tip = c["reason"]
-            item = QListWidgetItem(text)
-            item.setData(KEY, key)
-            item.setToolTip(tip)
-            if status in ("no", "checking"):
-                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
-            self.draft_list.addItem(item)
-            if status == "ok" and first_ok is None:
-                first_ok = item
-            if key == wanted and status in ("ok", "unknown"):
-                chosen = item
-        if chosen is None and wanted is None:
-            chosen = first_ok
-        self.draft_list.setCurrentItem(chosen if chosen is not None else none)
-        self.draft_list.blockSignals(False)
+        self.draft_list.fill(self.drafts, self._wanted_draft)
         self._request_estimate()
 
     def selected_draft_key(self) -> str | None:
-        item = self.draft_list.currentItem()
-        return item.data(KEY) if item is not None else None
+        return self.draft_list.current_key()
 
     def selected_draft_spec(self) -> str | None:
         key = self.selected_draft_key()
@@ -560,13 +361,7 @@ class ModelsDialog(QDialog):
 
     def draft_items(self) -> list[tuple[str, str, bool, str]]:
         """(key, status, enabled, text) of each listed draft, in order (tests, screenshots)."""
-        out = []
-        for i in range(self.draft_list.count()):
-            it = self.draft_list.item(i)
-            key = it.data(KEY)
-            status = "none" if key == NO_DRAFT else self.drafts[key]["status"]
-            out.append((key, status, bool(it.flags() & Qt.ItemFlag.ItemIsEnabled), it.text()))
-        return out
+        return self.draft_list.rows(self.drafts)
 
     # -- memory ---------------------------------------------------------------------------
     def _on_options_changed(self) -> None:
