@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -34,6 +33,7 @@ from specdec_core.server.generation import figure_notes
 from specdec_core.settings import DEFAULT_DRAFT_TOKENS, PROPOSER_KINDS, DecodeSettings, SamplingParams, usable_proposer
 
 from . import figures
+from .metric_charts import Metric, PositionBars, SpeedChart
 from .theme import Theme
 
 
@@ -57,122 +57,6 @@ def human_bytes(n: int | float | None) -> str:
     return f"{n:.1f} TB"
 
 
-class SpeedChart(QWidget):
-    """tokens/s over the message (x: seconds since the message started)."""
-
-    def __init__(self, theme: Theme, parent=None):
-        super().__init__(parent)
-        self.theme = theme
-        self.points: list[tuple[float, float]] = []
-        self.empty_text = f"{figures.DECODE_RATE} appear here"  # said while there is no curve
-        self.setMinimumHeight(90)
-        self.setToolTip(f"{figures.DECODE_RATE} over the current message, as the engine reported it "
-                        "after each batch of steps")
-
-    def set_points(self, points: list[tuple[float, float]], empty_text: str | None = None) -> None:
-        self.points = [tuple(p) for p in points]
-        self.empty_text = empty_text or f"{figures.DECODE_RATE} appear here"
-        self.update()
-
-    def paintEvent(self, _e):
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        r = QRectF(self.rect()).adjusted(34, 6, -6, -16)
-        muted = self.theme.color("muted")
-        border = self.theme.color("border")
-        p.setPen(QPen(border, 1))
-        p.drawRect(r)
-        font = p.font()
-        font.setPointSizeF(max(font.pointSizeF() - 2, 6))
-        p.setFont(font)
-        if len(self.points) < 2:
-            p.setPen(muted)
-            p.drawText(r, Qt.AlignmentFlag.AlignCenter, self.empty_text)
-            return
-        t0 = self.points[0][0]
-        t1 = max(self.points[-1][0], t0 + 1e-6)
-        ymax = max(v for _, v in self.points) * 1.15 or 1.0
-        path = QPainterPath()
-        for i, (t, v) in enumerate(self.points):
-            x = r.left() + (t - t0) / (t1 - t0) * r.width()
-            y = r.bottom() - v / ymax * r.height()
-            path.moveTo(x, y) if i == 0 else path.lineTo(x, y)
-        fill = QPainterPath(path)
-        fill.lineTo(r.right(), r.bottom())
-        fill.lineTo(r.left(), r.bottom())
-        fill.closeSubpath()
-        c = QColor(self.theme.color("chart"))
-        c.setAlpha(50)
-        p.fillPath(fill, c)
-        p.setPen(QPen(self.theme.color("chart"), 2))
-        p.drawPath(path)
-        p.setPen(muted)
-        p.drawText(QRectF(0, r.top() - 2, 32, 14), Qt.AlignmentFlag.AlignRight, f"{ymax:.0f}")
-        p.drawText(QRectF(0, r.bottom() - 12, 32, 14), Qt.AlignmentFlag.AlignRight, "0")
-        p.drawText(QRectF(r.left(), r.bottom() + 1, r.width(), 14), Qt.AlignmentFlag.AlignRight, f"{t1 - t0:.1f} s")
-
-
-class PositionBars(QWidget):
-    """Acceptance rate at each draft position (position 1 = the first proposed token)."""
-
-    def __init__(self, theme: Theme, parent=None):
-        super().__init__(parent)
-        self.theme = theme
-        self.values: list[float] = []
-        self.setMinimumHeight(80)
-        self.setToolTip("acceptance rate at each draft position: how often the i-th proposed token was kept")
-
-    def set_values(self, values: list[float]) -> None:
-        self.values = list(values)
-        self.update()
-
-    def paintEvent(self, _e):
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        r = QRectF(self.rect()).adjusted(6, 4, -6, -16)
-        muted = self.theme.color("muted")
-        font = p.font()
-        font.setPointSizeF(max(font.pointSizeF() - 2, 6))
-        p.setFont(font)
-        if not self.values:
-            p.setPen(muted)
-            p.drawText(r, Qt.AlignmentFlag.AlignCenter, "per-position acceptance (speculative)")
-            return
-        n = len(self.values)
-        gap = 4
-        w = max((r.width() - gap * (n - 1)) / n, 2)
-        track = QColor(self.theme.color("border"))
-        fill = self.theme.kind_fg("accepted")
-        for i, v in enumerate(self.values):
-            x = r.left() + i * (w + gap)
-            p.setPen(Qt.PenStyle.NoPen)
-            p.setBrush(track)
-            p.drawRoundedRect(QRectF(x, r.top(), w, r.height()), 3, 3)
-            h = max(0.0, min(1.0, v)) * r.height()
-            p.setBrush(fill)
-            p.drawRoundedRect(QRectF(x, r.bottom() - h, w, h), 3, 3)
-            p.setPen(muted)
-            p.drawText(QRectF(x, r.bottom() + 1, w, 14), Qt.AlignmentFlag.AlignCenter, str(i + 1))
-
-
-class Metric(QWidget):
-    def __init__(self, caption: str, tooltip: str, parent=None):
-        super().__init__(parent)
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(0)
-        self.value = QLabel("—")
-        self.value.setObjectName("Metric")
-        self.caption = QLabel(caption)
-        self.caption.setObjectName("MetricCaption")
-        lay.addWidget(self.value)
-        lay.addWidget(self.caption)
-        self.setToolTip(tooltip)
-
-    def set(self, text: str) -> None:
-        self.value.setText(text)
-
-
 class SidePanel(QScrollArea):
     settings_changed = Signal()
 
@@ -187,8 +71,20 @@ class SidePanel(QScrollArea):
         col = QVBoxLayout(body)
         col.setContentsMargins(10, 4, 10, 10)
         col.setSpacing(4)
+        col.addWidget(self._message_box())
+        col.addWidget(self._decoding_box())
+        col.addWidget(self._sampling_box())
+        col.addWidget(self._models_box())
+        col.addStretch(1)
+        self.setWidget(body)
+        self.setMinimumWidth(300)
+        self._mode_toggled(True)
+        self.has_draft = True
 
-        # -- this message -------------------------------------------------------------
+    # -- the sections ---------------------------------------------------------------------
+    def _message_box(self) -> QGroupBox:
+        """This message: both rates, α, τ, the plain-step share and k, who proposed, the rate's
+        curve, the per-position acceptance and a summary line."""
         live = QGroupBox("This message")
         grid = QGridLayout(live)
         grid.setHorizontalSpacing(12)
@@ -202,25 +98,19 @@ class SidePanel(QScrollArea):
         for i, m in enumerate(self.metrics):
             grid.addWidget(m, i // 2, i % 2)
         # which source proposed the steps (lookup, the draft model): the Stats' own per-source counts
-        self.sources = QLabel("")
-        self.sources.setObjectName("Sources")
-        self.sources.setWordWrap(True)
+        self.sources = _wrapping_label("Sources")
         self.sources.setToolTip(figures.SOURCES_TIP)
-        # these lines wrap to the panel's width and never widen it past its edge
-        self.sources.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         grid.addWidget(self.sources, 3, 0, 1, 2)
-        self.chart = SpeedChart(theme)
+        self.chart = SpeedChart(self.theme)
         grid.addWidget(self.chart, 4, 0, 1, 2)
-        self.bars = PositionBars(theme)
+        self.bars = PositionBars(self.theme)
         grid.addWidget(self.bars, 5, 0, 1, 2)
-        self.summary = QLabel("")
-        self.summary.setObjectName("Muted")
-        self.summary.setWordWrap(True)
-        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.summary = _wrapping_label("Muted")
         grid.addWidget(self.summary, 6, 0, 1, 2)
-        col.addWidget(live)
+        return live
 
-        # -- decoding ----------------------------------------------------------------
+    def _decoding_box(self) -> QGroupBox:
+        """The standard/speculative toggle, the proposer and the draft length (fixed or adaptive)."""
         dec = QGroupBox("Decoding")
         form = QFormLayout(dec)
         self.mode_button = QPushButton()
@@ -247,44 +137,32 @@ class SidePanel(QScrollArea):
         form.addRow("Draft length", krow)
         # the proposer and draft-length rows: the server's own settings while it is the target
         self._decoding, self._local_rows = form, (form.rowCount() - 2, form.rowCount() - 1)
-        col.addWidget(dec)
+        return dec
 
-        # -- sampling ----------------------------------------------------------------
+    def _sampling_box(self) -> QGroupBox:
+        """Temperature, top-k, top-p, the seed and the answer's token budget (off by default)."""
         samp = QGroupBox("Sampling")
         sform = QFormLayout(samp)
-        self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 2.0)
-        self.temperature.setSingleStep(0.1)
-        self.temperature.setDecimals(2)
-        self.temperature.setToolTip("0 = greedy")
-        self.top_k = QSpinBox()
-        self.top_k.setRange(0, 100000)
-        self.top_k.setSpecialValueText("off")
-        self.top_p = QDoubleSpinBox()
-        self.top_p.setRange(0.01, 1.0)
-        self.top_p.setSingleStep(0.05)
-        self.top_p.setValue(1.0)
-        self.top_p.setToolTip("1 = off")
-        self.seed = QSpinBox()
-        self.seed.setRange(0, 2**31 - 1)
-        self.seed.setToolTip("sampling seed: repeats a sampled answer exactly with a fixed draft length; "
-                             "adaptive k follows measured speed, so a sample may differ (its distribution does not)")
+        self.temperature = _spin(QDoubleSpinBox(), 0.0, 2.0, "0 = greedy", step=0.1, decimals=2)
+        self.top_k = _spin(QSpinBox(), 0, 100000, off="off")
+        self.top_p = _spin(QDoubleSpinBox(), 0.01, 1.0, "1 = off", step=0.05, value=1.0)
+        self.seed = _spin(QSpinBox(), 0, 2**31 - 1,
+                          "sampling seed: repeats a sampled answer exactly with a fixed draft length; "
+                          "adaptive k follows measured speed, so a sample may differ (its distribution does not)")
         # off (0) by default: an answer runs until the model ends it, bounded by the context alone
         # (the meter under the input box shows how much is left); Continue takes a cut answer on
-        self.max_new = QSpinBox()
-        self.max_new.setRange(0, 131072)
-        self.max_new.setSpecialValueText("off")  # the context bounds the answer (the tooltip says)
-        self.max_new.setValue(0)
-        self.max_new.setToolTip("The most tokens one answer may take. Off: the answer runs until the model ends it "
-                                "or the target's context is full; an answer cut short offers Continue.")
+        self.max_new = _spin(QSpinBox(), 0, 131072,
+                             "The most tokens one answer may take. Off: the answer runs until the model ends it "
+                             "or the target's context is full; an answer cut short offers Continue.",
+                             off="off", value=0)  # off: the context bounds the answer (the tooltip says)
         sform.addRow("Temperature", self.temperature)
         sform.addRow("Top-k", self.top_k)
         sform.addRow("Top-p", self.top_p)
         sform.addRow("Seed", self.seed)
         sform.addRow("Max new tokens", self.max_new)
-        col.addWidget(samp)
+        return samp
 
-        # -- models ------------------------------------------------------------------
+    def _models_box(self) -> QGroupBox:
         models = QGroupBox("Models")
         mlay = QVBoxLayout(models)
         self.target_label = QLabel("target: loading…")
@@ -293,12 +171,7 @@ class SidePanel(QScrollArea):
             lab.setWordWrap(True)
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             mlay.addWidget(lab)
-        col.addWidget(models)
-        col.addStretch(1)
-        self.setWidget(body)
-        self.setMinimumWidth(300)
-        self._mode_toggled(True)
-        self.has_draft = True
+        return models
 
     # -- settings -----------------------------------------------------------------------
     def _mode_toggled(self, speculative: bool) -> None:
@@ -432,6 +305,32 @@ class SidePanel(QScrollArea):
             bits.append(f"<b>cut off</b>: {html.escape(server['error'])}")
         text = self.summary.text()
         self.summary.setText((text + "<br>" if text else "") + " · ".join(bits))
+
+
+def _wrapping_label(name: str) -> QLabel:
+    """A label whose lines wrap to the panel's width and never widen it past its edge."""
+    label = QLabel("")
+    label.setObjectName(name)
+    label.setWordWrap(True)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    return label
+
+
+def _spin(box, low, high, tip: str = "", step=None, decimals: int | None = None, off: str = "", value=None):
+    """A number box of the panel: its range, step, decimals, the word shown for its lowest value
+    (`off`), its start value and tooltip."""
+    box.setRange(low, high)
+    if step is not None:
+        box.setSingleStep(step)
+    if decimals is not None:
+        box.setDecimals(decimals)
+    if off:
+        box.setSpecialValueText(off)
+    if value is not None:
+        box.setValue(value)
+    if tip:
+        box.setToolTip(tip)
+    return box
 
 
 def proposer_box(label=lambda kind: kind.label) -> QComboBox:
