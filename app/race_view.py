@@ -1,8 +1,8 @@
 """The race view: standard decoding (left) against speculative decoding (right), live.
 
 GUI thread only. It builds RaceRequests, hands them to a RaceWorker and renders the race events
-it streams back: each lane shows its text with the token colours (the chat's MessageWidget),
-its own clock and tok/s. The race runner always advances the lane whose clock is behind, so
+it streams back: each lane (app/race_lane.py) shows its text with the token colours (the chat's
+MessageWidget), its own clock and tok/s. The race runner always advances the lane whose clock is behind, so
 showing each lane's tokens as they arrive, with its own clock value, renders both lanes "by
 their own clock". At the end a summary says speedup, α, τ and whether the texts are identical.
 
@@ -23,13 +23,10 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
-    QFrame,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
-    QProgressBar,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -38,17 +35,12 @@ from PySide6.QtWidgets import (
 from specdec_core.settings import DEFAULT_DRAFT_TOKENS, PROPOSER_KINDS, DecodeSettings, SamplingParams, usable_proposer
 
 from . import figures
-from .chat_view import Legend, MessageWidget
+from .chat_view import Legend
+from .race_lane import LaneWidget
 from .race_worker import RaceRequest, start_race_worker
 from .side_panel import offer_proposers, proposer_box
 from .theme import Theme
 
-EMPTY_LANE_HINT = {
-    "standard": "Pick a preset above (or write a prompt) and press Start race: the target alone "
-                "answers here, one token per step.",
-    "speculative": "…and here the same target answers with a draft proposing tokens, coloured by "
-                   "where each token came from.",
-}
 CLOCK_NOTE = ("Times are each lane's own compute time: the two lanes take turns, step by step, on one "
               "device, and each clock advances only while its own lane computes (warm-up excluded).")
 
@@ -64,134 +56,6 @@ def load_presets() -> list[dict]:
         return list(json.loads(assets.read_text("race_prompts.json"))["prompts"])
     except (OSError, ValueError, KeyError):
         return []
-
-
-class LaneWidget(QFrame):
-    """One lane: title, own clock, tok/s, a token progress bar, the coloured text."""
-
-    def __init__(self, lane: str, theme: Theme, parent=None):
-        super().__init__(parent)
-        self.lane = lane
-        self.theme = theme
-        self.setObjectName("RaceLane")
-        lay = QVBoxLayout(self)
-        lay.setContentsMargins(10, 8, 10, 8)
-        lay.setSpacing(4)
-        head = QHBoxLayout()
-        self.title = QLabel()
-        self.title.setStyleSheet("font-weight: 600; font-size: 14px;")
-        self.badge = QLabel("")
-        head.addWidget(self.title)
-        head.addStretch(1)
-        head.addWidget(self.badge)
-        lay.addLayout(head)
-        figs = QHBoxLayout()
-        self.clock_label = QLabel("0.00 s")
-        self.clock_label.setObjectName("Metric")
-        self.clock_label.setToolTip("this lane's own compute time")
-        self.rate_label = QLabel(f"— {figures.END_TO_END_RATE}")
-        self.rate_label.setObjectName("Metric")
-        self.rate_label.setToolTip(f"{figures.END_TO_END_RATE_TIP}, by this lane's own clock")
-        self.decode_label = QLabel("")
-        self.decode_label.setObjectName("Muted")
-        self.decode_label.setToolTip(f"{figures.DECODE_RATE_TIP}, by this lane's own clock")
-        self.count_label = QLabel("0 tokens")
-        self.count_label.setObjectName("Muted")
-        figs.addWidget(self.clock_label)
-        figs.addSpacing(16)
-        figs.addWidget(self.rate_label)
-        figs.addSpacing(8)
-        figs.addWidget(self.decode_label)
-        figs.addStretch(1)
-        figs.addWidget(self.count_label)
-        lay.addLayout(figs)
-        self.bar = QProgressBar()
-        self.bar.setTextVisible(False)
-        self.bar.setFixedHeight(6)
-        lay.addWidget(self.bar)
-        self.scroll = QScrollArea()
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        holder = QWidget()
-        col = QVBoxLayout(holder)
-        col.setContentsMargins(0, 0, 0, 0)
-        self.message = MessageWidget("assistant", theme)
-        self.message.role_label.hide()
-        col.addWidget(self.message)
-        col.addStretch(1)
-        self.scroll.setWidget(holder)
-        self.scroll.verticalScrollBar().rangeChanged.connect(lambda _lo, hi: self.scroll.verticalScrollBar().setValue(hi))
-        lay.addWidget(self.scroll, 1)
-        self.events: list = []
-        self.clock = 0.0
-        self.stats: dict = {}  # the engine's Stats of this lane, timed by its own clock
-        self.message.empty_hint = EMPTY_LANE_HINT[lane]
-        self.reset("Standard decoding" if lane == "standard" else "Speculative decoding", 1)
-        self.retheme()
-
-    def retheme(self) -> None:
-        v = self.theme.values
-        self.setStyleSheet(f"#RaceLane {{ border: 1px solid {v['border']}; border-radius: 10px; "
-                           f"background: {v['panel']}; }}")
-        self.badge.setStyleSheet(f"color: {v['accent']}; font-weight: 600;")
-        self.message.render()
-
-    @property
-    def tokens(self) -> int:
-        return len(self.events)
-
-    @property
-    def tokens_per_second(self) -> float:
-        """End-to-end tok/s by the lane's own clock, as the engine's Stats give it."""
-        return float(self.stats.get("tokens_per_second") or 0.0)
-
-    def reset(self, title: str, max_new_tokens: int) -> None:
-        self.title.setText(title)
-        self.badge.setText("")
-        self.events = []
-        self.clock = 0.0
-        self.stats = {}
-        self.bar.setRange(0, max(1, max_new_tokens))
-        self.bar.setValue(0)
-        self.message.tokens = []
-        self.message.text = ""
-        self.message.error = None
-        self.message.set_meta("")
-        self.message.set_streaming(False)
-        self._show_figures()
-
-    def begin(self) -> None:
-        self.message.set_streaming(True)
-
-    def add(self, race_events: list, stats: dict | None = None) -> None:
-        evs = [r.event for r in race_events]
-        self.events.extend(evs)
-        self.clock = race_events[-1].clock
-        if stats:
-            self.stats = dict(stats)
-        self.message.append_events(evs)
-        self.bar.setValue(min(self.bar.maximum(), self.tokens))
-        self._show_figures()
-
-    def finish(self, lane: dict | None, note: str = "") -> None:
-        if lane and lane.get("seconds"):
-            self.clock = float(lane["seconds"])
-        if lane and lane.get("stats"):
-            self.stats = dict(lane["stats"])
-        self.message.set_streaming(False)
-        self._show_figures()
-        self.message.set_meta(note)
-
-    def _show_figures(self) -> None:
-        self.clock_label.setText(f"{self.clock:.2f} s")
-        self.rate_label.setText(f"{figures.rate(self.tokens_per_second)} {figures.END_TO_END_RATE}")
-        decode = self.stats.get("decode_tokens_per_second")
-        self.decode_label.setText(f"{figures.rate(decode)} {figures.DECODE_RATE}" if decode else "")
-        self.count_label.setText(f"{self.tokens} token{'s' if self.tokens != 1 else ''}")
-
-    def set_colours(self, on: bool) -> None:
-        self.message.set_colours(on)
 
 
 def summary_html(result: dict) -> str:
@@ -247,7 +111,33 @@ class RaceView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(14, 10, 14, 10)
         lay.setSpacing(6)
+        lay.addLayout(self._choice_row())
+        lay.addLayout(self._number_row())
+        lay.addLayout(self._prompt_row())
+        self.note = QLabel(CLOCK_NOTE)
+        self.note.setObjectName("Muted")
+        self.note.setWordWrap(True)
+        lay.addWidget(self.note)
+        self.legend = Legend(self.theme)
+        self.legend.layout().setContentsMargins(0, 0, 0, 0)
+        self.legend.toggled.connect(self.set_colours)
+        lay.addWidget(self.legend)
+        lanes = QHBoxLayout()
+        lanes.setSpacing(10)
+        self.lanes = {"standard": LaneWidget("standard", self.theme), "speculative": LaneWidget("speculative", self.theme)}
+        lanes.addWidget(self.lanes["standard"], 1)
+        lanes.addWidget(self.lanes["speculative"], 1)
+        lay.addLayout(lanes, 1)
+        self.summary = QLabel("")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setMinimumHeight(60)
+        self._style_summary()
+        lay.addWidget(self.summary)
+        lay.addLayout(self._export_row())
 
+    def _choice_row(self) -> QHBoxLayout:
+        """The preset prompt, the proposer and k."""
         row = QHBoxLayout()
         self.preset_box = QComboBox()
         self.preset_box.addItem("Preset prompts…")
@@ -268,8 +158,12 @@ class RaceView(QWidget):
         self.k_box.addItem("adaptive", "adaptive")
         self.k_box.setCurrentIndex(self.k_box.findData(DEFAULT_DRAFT_TOKENS))  # the chat's default
         row.addWidget(self.k_box)
-        lay.addLayout(row)
-        row = QHBoxLayout()  # a second row: both fit a 1366-pixel screen beside the chat list and side panel
+        return row
+
+    def _number_row(self) -> QHBoxLayout:
+        """Max tokens, temperature and seed: a second row, so both fit a 1366-pixel screen beside
+        the chat list and the side panel."""
+        row = QHBoxLayout()
         row.addWidget(QLabel("Max tokens"))
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(1, 4096)
@@ -287,8 +181,10 @@ class RaceView(QWidget):
         self.seed.setRange(0, 2**31 - 1)
         row.addWidget(self.seed)
         row.addStretch(1)
-        lay.addLayout(row)
+        return row
 
+    def _prompt_row(self) -> QHBoxLayout:
+        """The prompt both lanes answer, with Start race and Stop beside it."""
         prow = QHBoxLayout()
         self.prompt = QPlainTextEdit()
         self.prompt.setObjectName("Composer")
@@ -305,32 +201,10 @@ class RaceView(QWidget):
         btns.addWidget(self.start_button)
         btns.addWidget(self.stop_button)
         prow.addLayout(btns)
-        lay.addLayout(prow)
+        return prow
 
-        self.note = QLabel(CLOCK_NOTE)
-        self.note.setObjectName("Muted")
-        self.note.setWordWrap(True)
-        lay.addWidget(self.note)
-        self.legend = Legend(self.theme)
-        self.legend.layout().setContentsMargins(0, 0, 0, 0)
-        self.legend.toggled.connect(self.set_colours)
-        lay.addWidget(self.legend)
-
-        lanes = QHBoxLayout()
-        lanes.setSpacing(10)
-        self.lanes = {"standard": LaneWidget("standard", self.theme), "speculative": LaneWidget("speculative", self.theme)}
-        lanes.addWidget(self.lanes["standard"], 1)
-        lanes.addWidget(self.lanes["speculative"], 1)
-        lay.addLayout(lanes, 1)
-
-        self.summary = QLabel("")
-        self.summary.setWordWrap(True)
-        self.summary.setTextFormat(Qt.TextFormat.RichText)
-        self.summary.setStyleSheet(f"QLabel {{ border: 1px solid {self.theme.values['border']}; border-radius: 8px; "
-                                   f"padding: 8px; background: {self.theme.values['panel']}; }}")
-        self.summary.setMinimumHeight(60)
-        lay.addWidget(self.summary)
-
+    def _export_row(self) -> QHBoxLayout:
+        """The status line and the two exports of a finished race."""
         erow = QHBoxLayout()
         self.status = QLabel("Load models to race.")
         self.status.setObjectName("Muted")
@@ -341,7 +215,12 @@ class RaceView(QWidget):
         self.json_button.clicked.connect(self.export_json_dialog)
         erow.addWidget(self.png_button)
         erow.addWidget(self.json_button)
-        lay.addLayout(erow)
+        return erow
+
+    def _style_summary(self) -> None:
+        v = self.theme.values
+        self.summary.setStyleSheet(f"QLabel {{ border: 1px solid {v['border']}; border-radius: 8px; "
+                                   f"padding: 8px; background: {v['panel']}; }}")
 
     # -- wiring ---------------------------------------------------------------------------
     def attach(self, worker) -> None:
@@ -485,10 +364,8 @@ class RaceView(QWidget):
 
     def retheme(self) -> None:
         """The theme switched: the lanes' frames and text take its colours."""
-        v = self.theme.values
         self.legend.retheme()
-        self.summary.setStyleSheet(f"QLabel {{ border: 1px solid {v['border']}; border-radius: 8px; "
-                                   f"padding: 8px; background: {v['panel']}; }}")
+        self._style_summary()
         for lane in self.lanes.values():
             lane.retheme()
 
