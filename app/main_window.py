@@ -169,7 +169,7 @@ class MainWindow(QMainWindow):
         from .saved_prompts import SavedPrompts
         from .user_memory import UserMemory
 
-        self.memory = UserMemory(self.store, self.models, self.side_panel, self.status_label, self)
+        self.memory = UserMemory(self.store, self.models, self.side_panel, self.race_view, self.status_label, self)
         if restore_models is not None:
             self.memory.restore_models(restore_models)
         self.prompts = SavedPrompts(self.store, self.page.prompts_button, self.page.system_prompt, self.status_label,

@@ -1,6 +1,7 @@
 """What the app remembers of its user between runs: the models (or the server) loaded last, loaded
-again at start, and the side panel's decoding and sampling settings the user set (the ones never
-touched follow the app's defaults, whatever a later release makes them).
+again at start, the side panel's decoding and sampling settings the user set, and the Race tab's
+(its preset, prompt, proposer, k, token budget, temperature and seed). The ones never touched
+follow the app's defaults, whatever a later release makes them.
 
 Both live where the theme does, in the chats' own prefs table (app/history.py, under the data
 folder: the user's, or --data-dir's, or a test's temporary one), written through the Saver like
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
@@ -29,8 +31,12 @@ from .persistence import ChatStore
 from .side_panel import SidePanel
 from .worker import LoadRequest
 
+if TYPE_CHECKING:
+    from .race_view import RaceView
+
 MODELS_PREF = "last_models"
 SETTINGS_PREF = "decode_settings"
+RACE_PREF = "race_settings"
 SAVE_DELAY_MS = 400  # a run of changes (an arrow key held on a number) is one write
 REQUEST_FIELDS = ("target", "draft", "device", "dtype", "quantization")
 
@@ -87,22 +93,22 @@ def _number(v) -> bool:
 
 @dataclass(frozen=True)
 class Setting:
-    """One remembered setting: how the side panel shows it, takes it, and says the user changed it."""
+    """One remembered setting: how its widget (the side panel, the race view) shows it, takes it,
+    and says the user changed it."""
 
     name: str
-    read: Callable[[SidePanel], object]
-    write: Callable[[SidePanel, object], None]
+    read: Callable[[QWidget], object]
+    write: Callable[[QWidget, object], None]
     valid: Callable[[object], bool]
-    changed: Callable[[SidePanel], object]  # the signal of a change
+    changed: Callable[[QWidget], object]  # the signal of a change
 
 
 def _set_proposer(panel: SidePanel, name) -> None:
     panel.proposer.setCurrentIndex(panel.proposer.findData(name))
 
 
+# restored in this order: the mode last, since it greys out what it does not use
 SETTINGS = (
-    Setting("mode", lambda p: p.mode, lambda p, v: p.set_mode(v), lambda v: v in MODES,
-            lambda p: p.mode_button.toggled),
     # `activated` is the user's choice only: a proposer stepped off for want of a draft stays remembered
     Setting("proposer", lambda p: p.proposer.currentData(), _set_proposer, lambda v: v in PROPOSERS,
             lambda p: p.proposer.activated),
@@ -120,10 +126,45 @@ SETTINGS = (
             lambda p: p.seed.valueChanged),
     Setting("max_new_tokens", lambda p: p.max_new.value(), lambda p, v: p.max_new.setValue(v), _whole,
             lambda p: p.max_new.valueChanged),
+    Setting("mode", lambda p: p.mode, lambda p, v: p.set_mode(v), lambda v: v in MODES,
+            lambda p: p.mode_button.toggled),
 )
 
 
-def read_settings(text: str | None) -> dict:
+def _pick(box, data) -> None:
+    """Select the entry of a menu whose data is `data` (nothing changes when it is not listed)."""
+    i = box.findData(data)
+    if i >= 0:
+        box.setCurrentIndex(i)
+
+
+def _pick_preset(view: RaceView, name) -> None:
+    i = view.preset_box.findText(name)
+    if i > 0:  # a preset still in the list (0 is the "Preset prompts…" heading); it fills the prompt
+        view.preset_box.setCurrentIndex(i)
+
+
+# the race's own settings, restored in this order: the preset first (it fills the prompt and the
+# token budget), then what the user set after it
+RACE_SETTINGS = (
+    Setting("preset", lambda v: v.preset_box.currentText(), _pick_preset, lambda v: isinstance(v, str),
+            lambda v: v.preset_box.activated),
+    Setting("prompt", lambda v: v.prompt.toPlainText(), lambda v, t: v.prompt.setPlainText(t),
+            lambda v: isinstance(v, str), lambda v: v.prompt.textChanged),
+    Setting("proposer", lambda v: v.proposer_box.currentData(), lambda v, name: _pick(v.proposer_box, name),
+            lambda v: v in PROPOSERS, lambda v: v.proposer_box.activated),
+    Setting("draft_length", lambda v: v.k_box.currentData(), lambda v, k: _pick(v.k_box, k),
+            lambda v: v == "adaptive" or _whole(v), lambda v: v.k_box.activated),
+    Setting("max_new_tokens", lambda v: v.max_tokens.value(), lambda v, n: v.max_tokens.setValue(n), _whole,
+            lambda v: v.max_tokens.valueChanged),
+    Setting("temperature", lambda v: v.temperature.value(), lambda v, t: v.temperature.setValue(t), _number,
+            lambda v: v.temperature.valueChanged),
+    Setting("seed", lambda v: v.seed.value(), lambda v, n: v.seed.setValue(n), _whole,
+            lambda v: v.seed.valueChanged),
+)
+
+
+def read_settings(text: str | None, settings: tuple[Setting, ...] = SETTINGS) -> dict:
     """The remembered settings that are still valid (a bad or foreign value is left out)."""
     try:
         data = json.loads(text) if text else {}
@@ -131,12 +172,47 @@ def read_settings(text: str | None) -> dict:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {s.name: data[s.name] for s in SETTINGS if s.name in data and s.valid(data[s.name])}
+    return {s.name: data[s.name] for s in settings if s.name in data and s.valid(data[s.name])}
+
+
+class Remembered(QObject):
+    """One widget's settings kept under one pref: restored at start, and each change the user
+    makes written after SAVE_DELAY_MS. Only what the user set is kept: a setting never touched
+    follows the app's default, also when a later release changes it."""
+
+    def __init__(self, store: ChatStore, pref: str, widget: QWidget, settings: tuple[Setting, ...],
+                 parent: QObject):
+        super().__init__(parent)
+        self.store, self.pref, self.widget, self.settings = store, pref, widget, settings
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(SAVE_DELAY_MS)
+        self._timer.timeout.connect(self._save)
+        saved = read_settings(store.history.pref(pref), settings)
+        for s in settings:
+            if s.name in saved:
+                s.write(widget, saved[s.name])
+        self.values = dict(saved)
+        for s in settings:
+            s.changed(widget).connect(lambda *_a, s=s: self._changed(s))
+
+    def _changed(self, setting: Setting) -> None:
+        self.values[setting.name] = setting.read(self.widget)
+        self._timer.start()
+
+    def _save(self) -> None:
+        self.store.save_pref(self.pref, lambda: json.dumps(self.values))
+
+    def flush(self) -> None:
+        """Write a change still waiting for its delay (the window is closing)."""
+        if self._timer.isActive():
+            self._timer.stop()
+            self._save()
 
 
 class UserMemory(QObject):
-    def __init__(self, store: ChatStore, models: ModelLoading, side_panel: SidePanel, status_label: QLabel,
-                 window: QWidget):
+    def __init__(self, store: ChatStore, models: ModelLoading, side_panel: SidePanel, race_view: RaceView | None,
+                 status_label: QLabel, window: QWidget):
         super().__init__(window)
         self.store, self.models, self.side_panel, self.status_label, self.window = (
             store, models, side_panel, status_label, window)
@@ -144,38 +220,15 @@ class UserMemory(QObject):
         self.fallback = LoadRequest()  # what loads when it cannot: the default pair
         self.instead: LoadRequest | None = None  # the fallback, once it is loading in its place
         self.notice: QMessageBox | None = None
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.setInterval(SAVE_DELAY_MS)
-        self._timer.timeout.connect(self._save_settings)
-        self._restore_settings()
+        self.settings = [Remembered(store, SETTINGS_PREF, side_panel, SETTINGS, self)]
+        if race_view is not None:
+            self.settings.append(Remembered(store, RACE_PREF, race_view, RACE_SETTINGS, self))
         models.loaded.connect(self._remember_models)
 
-    # -- settings -----------------------------------------------------------------------
-    def _restore_settings(self) -> None:
-        panel = self.side_panel
-        saved = read_settings(self.store.history.pref(SETTINGS_PREF))
-        for s in sorted(SETTINGS, key=lambda s: s.name == "mode"):  # the mode last: it greys out what it does not use
-            if s.name in saved:
-                s.write(panel, saved[s.name])
-        # only what the user set is kept: a setting never touched follows the app's default, also
-        # when a later release changes it
-        self.values = dict(saved)
-        for s in SETTINGS:
-            s.changed(panel).connect(lambda *_a, s=s: self._changed(s))
-
-    def _changed(self, setting: Setting) -> None:
-        self.values[setting.name] = setting.read(self.side_panel)
-        self._timer.start()
-
-    def _save_settings(self) -> None:
-        self.store.save_pref(SETTINGS_PREF, lambda: json.dumps(self.values))
-
     def flush(self) -> None:
-        """Write a change still waiting for its delay (the window is closing)."""
-        if self._timer.isActive():
-            self._timer.stop()
-            self._save_settings()
+        """Write the changes still waiting for their delay (the window is closing)."""
+        for kept in self.settings:
+            kept.flush()
 
     # -- models -------------------------------------------------------------------------
     def restore_models(self, overrides: dict | None = None) -> None:

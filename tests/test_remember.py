@@ -132,6 +132,49 @@ def test_settings_the_app_cannot_use_are_left_at_their_defaults(qtbot, open_wind
     assert open_window(data).side_panel.seed.value() == 0
 
 
+def test_the_race_settings_are_kept_across_a_restart(qtbot, open_window, tmp_path):
+    """The Race tab's preset, prompt, proposer, k, token budget, temperature and seed come back
+    after a restart, chosen the way a user chooses them (a menu's `activated`)."""
+    data = tmp_path / "data"
+    win = open_window(data)
+    v = win.race_view
+    first = (v.preset_box.currentText(), v.prompt.toPlainText(), v.proposer_box.currentData(),
+             v.k_box.currentData(), v.max_tokens.value(), v.temperature.value(), v.seed.value())
+    assert first[0] == "Code — Python function" and first[3] == "adaptive"  # a first start: the defaults
+    i = v.preset_box.findText("Summarization — pasted passage")
+    v.preset_box.setCurrentIndex(i)
+    v.preset_box.activated.emit(i)  # as a choice in the menu does
+    v.prompt.appendPlainText("\nIn one sentence.")  # the user edits the preset's prompt
+    v.proposer_box.setCurrentIndex(v.proposer_box.findData("prompt-lookup"))
+    v.proposer_box.activated.emit(v.proposer_box.currentIndex())
+    v.k_box.setCurrentIndex(v.k_box.findData(3))
+    v.k_box.activated.emit(v.k_box.currentIndex())
+    v.max_tokens.setValue(77)
+    v.temperature.setValue(0.7)
+    v.seed.setValue(42)
+    before = (v.preset_box.currentText(), v.prompt.toPlainText(), v.settings())
+    assert before[1].endswith("In one sentence.") and before[2].draft_tokens == 3 and before[2].max_new_tokens == 77
+    assert before != (first[0], first[1], v.settings())
+
+    again = restart(win, open_window, data)
+    w = again.race_view
+    assert (w.preset_box.currentText(), w.prompt.toPlainText(), w.settings()) == before
+    assert w.proposer_box.currentData() == "prompt-lookup" and w.k_box.currentData() == 3
+    # the chat's own settings stay their own: nothing of the race's went into them
+    assert json.loads(again.store.history.pref(user_memory.SETTINGS_PREF) or "{}") == {}
+
+
+def test_race_settings_the_app_cannot_use_are_left_at_their_defaults(qtbot, open_window, tmp_path):
+    data = tmp_path / "data"
+    h = History(data)
+    h.set_pref(user_memory.RACE_PREF, json.dumps({"preset": "a preset from another release", "draft_length": 99,
+                                                  "proposer": "psychic", "seed": "x", "max_new_tokens": 64}))
+    h.close()
+    v = open_window(data).race_view
+    assert (v.preset_box.currentText(), v.k_box.currentData(), v.proposer_box.currentData(), v.seed.value(),
+            v.max_tokens.value()) == ("Code — Python function", "adaptive", "lookup+draft", 0, 64)
+
+
 # -- the models loaded last -------------------------------------------------------------------
 def test_the_models_loaded_last_load_at_start(qtbot, open_window, tmp_path):
     from tiny_models import save_folder
