@@ -18,10 +18,11 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QFileDialog, QLabel, QWidget
 
+from .answer_figures import AnswerFigures
 from .attachments import AttachmentError, from_paste, limits_text, prompt_content, read_file
 from .chat_list import ChatList
 from .chat_page import ChatPage
-from .chat_view import MessageWidget, ViewToken
+from .chat_view import MessageWidget
 from .continuation import can_continue
 from .conversation import Conversation
 from .figures import meta_line
@@ -30,6 +31,12 @@ from .persistence import ChatStore, OpenChat
 from .side_panel import SidePanel
 
 CUT_NOTE = "cut off: the app ended while this answer was being written; what reached the disk is kept"
+
+
+def shown_figures(m: Message) -> AnswerFigures | None:
+    """A message's figures as shown: an answer the app could not finish kept its running figures,
+    and says so ("cut off"), not "generating…"."""
+    return m.figures.marked_cut() if m.cut and m.figures is not None else m.figures
 
 
 def as_prompt(path: list[Message]) -> list[dict[str, str]]:
@@ -186,13 +193,12 @@ class ChatControl(QObject):
         w = self.page.chat_view.add_message(m.role)
         w.message = m
         if m.role == "assistant" and m.tokens:
-            w.set_tokens([ViewToken(t.token_id, t.text, t.kind, t.step, t.draft_position, t.source) for t in m.tokens])
+            w.set_tokens(m.tokens)
         else:
             w.set_text(m.content)
         w.set_attachments(m.attachments)
         if m.role == "assistant":
-            stats = dict(m.stats, stop_reason="cut") if m.cut else m.stats
-            w.set_meta(meta_line(stats))
+            w.set_meta(meta_line(shown_figures(m)))
         if m.cut:
             w.set_error(CUT_NOTE)
         self.bubble_made.emit(w)
@@ -204,9 +210,9 @@ class ChatControl(QObject):
 
     def restore_bubble(self, m: Message, w: MessageWidget) -> None:
         """`w` shows `m` as saved again (a continuation that added nothing)."""
-        stats = dict(m.stats, stop_reason="cut") if m.cut else m.stats
-        w.set_meta(meta_line(stats))
-        w.set_error(CUT_NOTE if m.cut else stats.get("error") and f"cut off: {stats['error']}")
+        w.set_meta(meta_line(shown_figures(m)))
+        error = m.figures.error if m.figures is not None else ""
+        w.set_error(CUT_NOTE if m.cut else error and f"cut off: {error}")
 
     def show_actions(self, ready: bool | None = None) -> None:
         """Continue beside the last answer when it was cut short (and the models can write on)."""
@@ -237,19 +243,18 @@ class ChatControl(QObject):
         self.show_actions()
 
     def show_last_stats(self) -> None:
-        last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.stats), None)
+        last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.figures is not None), None)
         self.side_panel.reset_metrics("")
-        if last is not None and last.stats.get("edited"):  # the user's text: no figures describe it
+        if last is not None and last.figures.edited:  # the user's text: no figures describe it
             self.side_panel.chart.set_points([], "an edited answer")
             self.side_panel.summary.setText("an edited answer: its figures are the original version's (‹ ›)")
         elif last is not None:
             # an answer the app could not finish kept its running figures: it says so, not "generating…"
-            stats = dict(last.stats, stop_reason="cut") if last.cut else last.stats
-            series = stats.get("series")  # its own curve (absent in answers saved before it was kept)
-            self.side_panel.show_stats(stats, (stats.get("settings") or {}).get("draft_tokens"), series or [])
-            if not series:
+            fig = shown_figures(last)
+            self.side_panel.show_stats(fig)
+            if not fig.series:  # its own curve (absent in answers saved before it was kept)
                 self.side_panel.chart.set_points([], "no curve kept for this answer")
-            self.side_panel.show_server_figures(stats)
+            self.side_panel.show_server_figures(fig)
 
     def mark_left_out(self, count) -> None:
         """The oldest messages the prompt leaves out, or would leave out if sent now."""
@@ -358,7 +363,7 @@ class ChatControl(QObject):
         version of its own (‹ ›). Its tokens, kinds and figures were the model's: the edit has none."""
         if answer.role != "assistant" or self.busy or not text.strip() or text == answer.content:
             return None
-        msg = self.conversation.add(Message("assistant", text, stats={"edited": True}), answer.parent)
+        msg = self.conversation.add(Message("assistant", text, figures=AnswerFigures(edited=True)), answer.parent)
         self.save_message(msg)
         self.render_path()
         self.show_last_stats()

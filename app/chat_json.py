@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from specdec_core.events import Stats, TokenKind
 
 from . import figures
+from .answer_figures import AnswerFigures
 from .history import Attachment, Message, StoredToken
 
 FORMAT = "specdec-chat"
@@ -72,7 +73,7 @@ def encode(chat: ChatFile, app_version: str = "") -> dict:
             "state": "cut" if m.state == "streaming" else m.state,  # what had streamed when it was exported
             "attachments": [a.to_dict() for a in m.attachments],
             "tokens": [_token(t) for t in m.tokens],
-            "stats": m.stats,
+            "stats": m.figures.to_dict() if m.figures is not None else {},
         })
     return {
         "format": FORMAT,
@@ -141,16 +142,19 @@ _APP_CHECKS = {
 }
 
 
-def _stats(v, where: str) -> dict:
+def _stats(v, where: str) -> AnswerFigures | None:
     _need(isinstance(v, dict), where, "needs \"stats\" as an object")
     for key, value in v.items():
         check = _APP_CHECKS.get(key) or _CHECKS.get(STATS_TYPES.get(key, ""))
         _need(check is None or check(value), where, f"has a figure \"{key}\" of the wrong type")
-    try:  # what the window writes from them: the header, the side panel's numbers
-        figures.meta_line(v), figures.sources(v), figures.alpha(v), figures.tau(v), figures.draft_length(v)
+    try:  # the typed figures, and what the window writes from them: the header, the side panel's numbers
+        fig = AnswerFigures.from_dict(v)
+        if fig is not None:
+            s = fig.stats
+            figures.meta_line(fig), figures.sources(s), figures.alpha(s), figures.tau(s), figures.draft_length(s)
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
         raise ChatFileError(f"{where} has figures the app cannot show ({type(exc).__name__}: {exc})") from None
-    return v
+    return fig
 
 
 def _tokens(v, where: str) -> list[StoredToken]:

@@ -176,9 +176,12 @@ class MessageWidget(QFrame):
         self.render()
 
     def append_events(self, events) -> None:
-        new = [ViewToken.from_event(ev) for ev in events]
-        self.tokens.extend(new)
-        self.text += "".join(t.text for t in new)
+        self.append_tokens([ViewToken.from_event(ev) for ev in events])
+
+    def append_tokens(self, tokens: list[ViewToken]) -> None:
+        """More of the streaming answer (the very tokens the chat stores: made once per event)."""
+        self.tokens.extend(tokens)
+        self.text += "".join(t.text for t in tokens)
         if not self._timer.isActive():
             self._timer.start()
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from specdec_core.events import Stats  # light: no torch
 
+from .answer_figures import AnswerFigures
 from .history import Message, StoredToken
 
 # the stop reasons an answer can be continued after: it did not end by itself ("eos")
@@ -25,9 +26,12 @@ CONTINUABLE = ("max_new_tokens", "context", "cancelled", "error")
 def can_continue(message: Message | None) -> bool:
     """An answer the model did not finish: cut short (see CONTINUABLE) or cut off when the app
     ended. Not an edited answer: its text is the user's, and its tokens are gone."""
-    if message is None or message.role != "assistant" or not message.tokens or message.stats.get("edited"):
+    if message is None or message.role != "assistant" or not message.tokens:
         return False
-    return message.cut or message.stats.get("stop_reason") in CONTINUABLE
+    fig = message.figures
+    if fig is not None and fig.edited:
+        return False
+    return message.cut or (fig is not None and fig.stats.stop_reason in CONTINUABLE)
 
 
 @dataclass
@@ -37,19 +41,20 @@ class Base:
 
     tokens: list[StoredToken] = field(default_factory=list)
     content: str = ""
-    stats: dict = field(default_factory=dict)
-    series: list = field(default_factory=list)  # [[seconds, decode tok/s], ...] as saved
+    figures: AnswerFigures | None = None
     state: str = ""  # the message's state before ("cut": the app ended while it streamed)
 
     @classmethod
     def of(cls, message: Message) -> Base:
-        stats = dict(message.stats)
-        return cls(list(message.tokens), message.content, stats, [list(p) for p in stats.get("series") or []],
-                   message.state)
+        return cls(list(message.tokens), message.content, message.figures, message.state)
 
     @property
     def continuing(self) -> bool:
         return bool(self.tokens)
+
+    @property
+    def series(self) -> list[tuple[float, float]]:
+        return list(self.figures.series) if self.figures is not None else []
 
     @property
     def step_offset(self) -> int:
@@ -58,21 +63,19 @@ class Base:
 
     @property
     def seconds(self) -> float:
-        return float(self.stats.get("seconds") or 0.0)
+        return self.figures.stats.seconds if self.figures is not None else 0.0
 
     def shift(self, events: list) -> list:
         """The new part's token events with their steps numbered on from the old part's."""
         off = self.step_offset
         return [dataclasses.replace(ev, step=ev.step + off) for ev in events] if off else list(events)
 
-    def joined(self, stats: dict) -> dict:
+    def joined(self, stats: Stats, error: str = "") -> AnswerFigures:
         """The figures of the whole message: the old part's and `stats` (the new part's running or
-        final Stats), joined; the app's own keys (settings, series, ...) are the caller's."""
-        if not self.continuing or not self.stats:
-            return dict(stats)
-        whole = Stats.from_dict(self.stats).joined(Stats.from_dict(stats)).to_dict()
-        for key in ("error", "server"):  # the latest part's word on these, when it has one
-            if key in stats:
-                whole[key] = stats[key]
-        whole["continued"] = int(self.stats.get("continued", 0)) + 1
-        return whole
+        final Stats), joined; the settings and the curve are the caller's."""
+        new = AnswerFigures.of(stats, error=error)
+        old = self.figures
+        if not self.continuing or old is None:
+            return new
+        # the error and the server's figures are the latest part's word
+        return AnswerFigures(old.stats.joined(stats), continued=old.continued + 1, error=new.error, server=new.server)

@@ -1,12 +1,19 @@
 """How the engine's Stats are written in the GUI: one label for each number, used by the side
 panel, the message header, the Markdown export and the race view.
 
-Only formatting: every value comes from a Stats.to_dict() the engine made (running while a
-message streams, final when it ends); nothing here recomputes a figure from token events.
-No Qt, no torch.
+Only formatting: every value is a field or property of the Stats the engine made (running while
+a message streams, final when it ends), read as typed values; nothing here recomputes a figure
+from token events. No Qt, no torch.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specdec_core.events import Stats
+
+    from .answer_figures import AnswerFigures
 
 DECODE_RATE = "tok/s decode"  # tokens after the first / time after the first token
 END_TO_END_RATE = "tok/s end-to-end"  # all tokens / whole generation time, prefill included
@@ -30,34 +37,31 @@ def share(value: float | None) -> str:
     return "—" if value is None else f"{value:.0%}"
 
 
-def speculative(stats: dict) -> bool:
-    return stats.get("mode") == "speculative"
+def speculative(stats: Stats) -> bool:
+    return stats.mode == "speculative"
 
 
-def alpha(stats: dict) -> str:
-    return f"{stats['acceptance_rate']:.2f}" if speculative(stats) and stats.get("draft_tokens") else "—"
+def alpha(stats: Stats) -> str:
+    return f"{stats.acceptance_rate:.2f}" if speculative(stats) and stats.draft_tokens else "—"
 
 
-def tau(stats: dict) -> str:
-    return f"{stats['mean_accepted_per_step']:.2f}" if speculative(stats) and stats.get("speculative_steps") else "—"
+def tau(stats: Stats) -> str:
+    return f"{stats.mean_accepted_per_step:.2f}" if speculative(stats) and stats.speculative_steps else "—"
 
 
-def draft_length(stats: dict) -> str:
+def draft_length(stats: Stats) -> str:
     """k of the latest step: "0 (plain)" when it proposed nothing."""
-    if not speculative(stats) or stats.get("last_draft_length") is None:
+    if not speculative(stats) or stats.last_draft_length is None:
         return "—"
-    k = stats["last_draft_length"]
-    return "0 (plain)" if k == 0 else str(k)
+    return "0 (plain)" if stats.last_draft_length == 0 else str(stats.last_draft_length)
 
 
-def sources(stats: dict) -> list[str]:
+def sources(stats: Stats) -> list[str]:
     """One line per source that proposed a step ("lookup: 12 steps · 30 of 45 kept (67%)"), from
     the Stats' steps_by_source / proposed_by_source / accepted_by_source; lookup first."""
     if not speculative(stats):
         return []
-    steps = stats.get("steps_by_source") or {}
-    proposed = stats.get("proposed_by_source") or {}
-    accepted = stats.get("accepted_by_source") or {}
+    steps, proposed, accepted = stats.steps_by_source, stats.proposed_by_source, stats.accepted_by_source
     order = [s for s in SOURCE_NAMES if s in steps] + sorted(s for s in steps if s not in SOURCE_NAMES)
     lines = []
     for src in order:
@@ -69,26 +73,27 @@ def sources(stats: dict) -> list[str]:
     return lines
 
 
-def meta_line(stats: dict) -> str:
+def meta_line(fig: AnswerFigures | None) -> str:
     """A message's header (and its line in a Markdown export): mode, both rates labelled, α, τ
     and the plain-step share of a speculative answer, "stopped" when it was."""
-    if not stats:
+    if fig is None:
         return ""
-    if stats.get("edited"):  # an answer the user rewrote: the text is theirs, no figures describe it
+    if fig.edited:  # an answer the user rewrote: the text is theirs, no figures describe it
         return "edited"
-    bits = [stats.get("mode", "")]
-    if speculative(stats) and stats.get("proposer"):
-        bits.append(stats["proposer"])
-    if stats.get("decode_tokens_per_second"):
-        bits.append(f"{stats['decode_tokens_per_second']:.1f} {DECODE_RATE}")
-    if stats.get("tokens_per_second"):
-        bits.append(f"{stats['tokens_per_second']:.1f} {END_TO_END_RATE}")
+    stats = fig.stats
+    bits = [stats.mode]
+    if speculative(stats) and stats.proposer:
+        bits.append(stats.proposer)
+    if stats.decode_tokens_per_second:
+        bits.append(f"{stats.decode_tokens_per_second:.1f} {DECODE_RATE}")
+    if stats.tokens_per_second:
+        bits.append(f"{stats.tokens_per_second:.1f} {END_TO_END_RATE}")
     if speculative(stats):
         bits.append(f"α {alpha(stats)}")
-        if "plain_step_share" in stats:  # absent where an earlier build saved it (its τ meant another thing)
-            bits += [f"τ {tau(stats)}", f"plain steps {share(stats['plain_step_share'])}"]
+        if fig.steps_counted:  # not where an earlier build saved it (its τ meant another thing)
+            bits += [f"τ {tau(stats)}", f"plain steps {share(stats.plain_step_share)}"]
     # how it ended, where it did not end by itself: the mark that offers Continue
-    bits.append(STOP_MARKS.get(stats.get("stop_reason", ""), ""))
+    bits.append(STOP_MARKS.get(stats.stop_reason, ""))
     return " · ".join(b for b in bits if b)
 
 

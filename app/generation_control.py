@@ -11,6 +11,7 @@ calls the worker's request_* methods.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,16 +19,20 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QMessageBox, QWidget
 
+from specdec_core.events import Stats  # light: no torch
+
 from .chat_control import ChatControl
 from .chat_page import ChatPage
-from .chat_view import MessageWidget, ViewToken
+from .answer_figures import AnswerFigures
+from .answer_token import AnswerToken
+from .chat_view import MessageWidget
 from .context_watch import ContextWatch
 from .continuation import Base, can_continue
 from .figures import meta_line
-from .history import Message, StoredToken
+from .history import Message
 from .model_loading import ModelLoading
 from .side_panel import SidePanel
-from .worker import GenerateRequest, Worker
+from .worker import Finished, GenerateRequest, Worker
 
 # a streaming answer reaches the disk at least this often (the issue's "never loses a word")
 SAVE_SECONDS = 1.0
@@ -43,14 +48,10 @@ class Active:
     message: Message  # the answer being written (in the conversation, saved as it grows)
     base: Base = field(default_factory=Base)  # what the message held before: a continuation's old part
     events: list = field(default_factory=list)  # this generation's (steps numbered on from the base's)
-    stats: dict = field(default_factory=dict)  # the engine's running Stats for `events`
+    stats: Stats | None = None  # the engine's running Stats for `events`
     series: list = field(default_factory=list)  # (seconds, decode tok/s) of the message, the base's included
     unsaved: int = 0  # tokens shown but not yet written
     saved_at: float = field(default_factory=time.monotonic)
-
-
-def stored(tokens: list[ViewToken]) -> list[StoredToken]:
-    return [StoredToken(t.token_id, t.text, t.kind, t.step, t.draft_position, t.source or "") for t in tokens]
 
 
 class GenerationControl(QObject):
@@ -154,10 +155,9 @@ class GenerationControl(QObject):
             base = Base()
             req = GenerateRequest(self._next_request, chats.prompt_messages(), settings,
                                   dropped=chats.dropped_messages)
-            stats = {"mode": settings.mode, "settings": settings.to_dict()}
-            if settings.speculative:
-                stats["proposer"] = settings.proposer
-            msg = chats.conversation.add(Message("assistant", "", stats=stats, state="streaming"),
+            fig = AnswerFigures(Stats(mode=settings.mode, proposer=settings.proposer if settings.speculative else None),
+                                settings.to_dict())
+            msg = chats.conversation.add(Message("assistant", "", figures=fig, state="streaming"),
                                          chats.conversation.leaf)
             w = chats.bubble(msg)
             verb = "generating…"
@@ -175,39 +175,37 @@ class GenerationControl(QObject):
     def _is_current(self, request_id: int) -> bool:
         return self.active is not None and self.active.request.request_id == request_id
 
-    def on_tokens(self, request_id: int, events: list, stats: dict) -> None:
+    def on_tokens(self, request_id: int, events: list, stats: Stats) -> None:
         if not self._is_current(request_id):
             return
         a = self.active
         events = a.base.shift(events)  # a continuation's steps follow the old part's
         a.events.extend(events)
-        a.stats = dict(stats)
-        if stats.get("decode_tokens_per_second"):
-            a.series.append((a.base.seconds + stats["seconds"], stats["decode_tokens_per_second"]))
-        a.widget.append_events(events)
-        # the answer as it stands, saved as it grows
+        a.stats = stats
+        if stats.decode_tokens_per_second:
+            a.series.append((a.base.seconds + stats.seconds, stats.decode_tokens_per_second))
+        # each event becomes one token, which the view shows and the answer stores as it grows
+        new = [AnswerToken.from_event(ev) for ev in events]
+        a.widget.append_tokens(new)
         m = a.message
-        new = [ViewToken.from_event(ev) for ev in events]
-        m.tokens.extend(stored(new))
+        m.tokens.extend(new)
         m.content += "".join(t.text for t in new)
-        m.stats = self._message_stats(a, stats)
-        self.side_panel.show_stats(m.stats, a.request.settings.draft_tokens, a.series)
+        m.figures = self._message_figures(a, stats)
+        self.side_panel.show_stats(m.figures)
         a.unsaved += len(events)
         self._save_streaming(force=False)
 
-    def on_finished(self, request_id: int, stats: dict) -> None:
+    def on_finished(self, request_id: int, end: Finished) -> None:
         if not self._is_current(request_id):
             return
-        self._complete(stats)
+        self._complete(end.stats, end.error)
 
     def on_failed(self, request_id: int, message: str) -> None:
         if not self._is_current(request_id):
             return
         a = self.active
         if a.events:  # it broke off midway: keep what came, marked as cut
-            stats = dict(a.stats)
-            stats.update(stop_reason="error", error=message)
-            self._complete(stats)
+            self._complete(dataclasses.replace(a.stats, stop_reason="error"), message)
             return
         if a.base.continuing:  # nothing was added: the answer stays as it was
             self._end_continuation(a)
@@ -287,9 +285,11 @@ class GenerationControl(QObject):
         self.worker.stop(self.active.request.request_id)
         # the engine's running stats of the last batch shown: they count exactly the tokens
         # that are kept (the worker forwards nothing once stopped)
-        stats = dict(self.active.stats) or {"new_tokens": 0}
-        stats["stop_reason"] = "cancelled"
-        self._complete(stats)
+        stats = self.active.stats
+        if stats is None:  # nothing came yet: no figures but how it was asked for
+            settings = self.active.request.settings
+            stats = Stats(mode=settings.mode, proposer=settings.proposer if settings.speculative else None)
+        self._complete(dataclasses.replace(stats, stop_reason="cancelled"))
 
     def escape(self) -> None:
         """Esc: stop the answer being written, else cancel an edit."""
@@ -315,33 +315,30 @@ class GenerationControl(QObject):
         self.chats.conversation.remove(a.message)
         self.chats.show_versions()
 
-    def _complete(self, stats: dict) -> None:
+    def _complete(self, stats: Stats, error: str = "") -> None:
         a = self.active
         self.active = None
         self._save_timer.stop()
-        if a.request.settings.max_new_tokens is None and stats.get("stop_reason") == "max_new_tokens":
-            stats = dict(stats, stop_reason="context")  # a server given what the context left: it is full
-        stats = self._message_stats(a, stats)
-        new = [ViewToken.from_event(ev) for ev in a.events]
-        content = a.base.content + "".join(t.text for t in new)
-        msg = a.message
-        msg.content, msg.tokens, msg.stats, msg.state = content, a.base.tokens + stored(new), stats, ""
+        if a.request.settings.max_new_tokens is None and stats.stop_reason == "max_new_tokens":
+            stats = dataclasses.replace(stats, stop_reason="context")  # a server given what the context left: full
+        fig = self._message_figures(a, stats, error)
+        msg = a.message  # its tokens and text are those stored as they streamed
+        msg.figures, msg.state = fig, ""
         if self.chats.chat is not None:
             self.chats.save_message(msg)
         w = a.widget
-        w.tokens = [ViewToken(t.token_id, t.text, t.kind, t.step, t.draft_position, t.source) for t in msg.tokens]
-        w.text = content
+        w.tokens = list(msg.tokens)
+        w.text = msg.content
         w.set_streaming(False)
-        w.set_meta(meta_line(stats))
-        self.side_panel.show_stats(stats, a.request.settings.draft_tokens, a.series)
-        self.side_panel.show_server_figures(stats)
-        reason = stats.get("stop_reason", "")
+        w.set_meta(meta_line(fig))
+        self.side_panel.show_stats(fig)
+        self.side_panel.show_server_figures(fig)
+        reason = fig.stats.stop_reason
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
         if reason == "error":  # a stream that broke off: the part is kept, the dialog says why
-            w.set_error(f"cut off: {stats.get('error', '')}")
+            w.set_error(f"cut off: {fig.error}")
             self.status_label.setText("The answer was cut off")
-            self.show_error("The answer was cut off",
-                            stats.get("error", "") + " — what arrived is kept, marked as cut.")
+            self.show_error("The answer was cut off", fig.error + " — what arrived is kept, marked as cut.")
         self.chats.show_versions()
         self.update_buttons()
         self.context.schedule()
@@ -349,17 +346,14 @@ class GenerationControl(QObject):
 
     # -- saving while it streams ----------------------------------------------------------
     @staticmethod
-    def _message_stats(a: Active, stats: dict) -> dict:
-        settings = a.request.settings
-        out = a.base.joined(stats)
-        out.pop("text", None)
-        out.setdefault("mode", settings.mode)
-        if settings.speculative:
-            out.setdefault("proposer", settings.proposer)
-        out["settings"] = settings.to_dict()
+    def _message_figures(a: Active, stats: Stats, error: str = "") -> AnswerFigures:
+        """The answer's figures: the engine's Stats (joined with the old part's when it continues
+        one), the settings it was written with and its decode rate's curve."""
+        fig = a.base.joined(stats, error)
+        fig.settings = a.request.settings.to_dict()
         # the decode rate's curve, kept with the answer: switching versions shows each one's own
-        out["series"] = [[round(t, 3), round(v, 2)] for t, v in a.series]
-        return out
+        fig.series = [(round(t, 3), round(v, 2)) for t, v in a.series]
+        return fig
 
     def _save_streaming(self, force: bool) -> None:
         """Write the streaming answer when SAVE_TOKENS tokens or SAVE_SECONDS wait (or `force`)."""

@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .answer_figures import AnswerFigures
+from .answer_token import AnswerToken
 from .figures import meta_line
 
 APP_NAME = "specdec-chat"
@@ -101,14 +103,7 @@ def default_data_dir() -> Path:
     return Path(user_data_dir(APP_NAME, appauthor=False))
 
 
-@dataclass
-class StoredToken:
-    token_id: int
-    text: str
-    kind: str
-    step: int
-    draft_position: int | None
-    source: str | None = None  # "lookup" | "draft" | "" (a plain step); None: not recorded (older rows)
+StoredToken = AnswerToken  # one token type: the chat view colours what the store keeps
 
 
 def _stored_token(token_id: int, text: str, kind: str, step: int, draft_position: int | None,
@@ -145,7 +140,7 @@ class Message:
     role: str
     content: str
     tokens: list[StoredToken] = field(default_factory=list)
-    stats: dict = field(default_factory=dict)
+    figures: AnswerFigures | None = None  # an answer's (None: a question, or an answer saved without)
     id: int | None = None
     parent: Message | None = field(default=None, repr=False)  # the message it follows (None: the chat's first)
     attachments: list[Attachment] = field(default_factory=list)
@@ -343,7 +338,7 @@ class History:
         tokens = (json.dumps([[t.token_id, t.text, t.kind, t.step, t.draft_position]
                               + ([] if t.source is None else [t.source]) for t in message.tokens])
                   if message.tokens else None)
-        stats = json.dumps(message.stats) if message.stats else None
+        stats = json.dumps(message.figures.to_dict()) if message.figures is not None else None
         attachments = json.dumps([a.to_dict() for a in message.attachments]) if message.attachments else None
         return message.content, tokens, stats, attachments, message.state
 
@@ -403,7 +398,8 @@ class History:
         for mid, role, content, tokens, stats, parent_id, attachments, state in rows:
             toks = [_stored_token(*t) for t in json.loads(tokens)] if tokens else []
             atts = [Attachment.from_dict(a) for a in json.loads(attachments)] if attachments else []
-            m = Message(role, content, toks, json.loads(stats) if stats else {}, mid, by_id.get(parent_id), atts,
+            figures = AnswerFigures.from_dict(json.loads(stats)) if stats else None
+            m = Message(role, content, toks, figures, mid, by_id.get(parent_id), atts,
                         "cut" if state == "streaming" else state)
             by_id[mid] = m
             out.append(m)
@@ -541,6 +537,6 @@ def chat_to_markdown(title: str, system_prompt: str, messages: list[Message]) ->
         for a in m.attachments:
             lines += [f"*Attached: {a.name}*", ""]
         lines += [m.content.rstrip(), ""]
-        if m.role == "assistant" and m.stats:
-            lines += ["<sub>" + meta_line(m.stats) + "</sub>", ""]
+        if m.role == "assistant" and m.figures is not None:
+            lines += ["<sub>" + meta_line(m.figures) + "</sub>", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -23,7 +23,6 @@ growing tail is rendered anew.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
 from functools import lru_cache
 
 import markdown as md
@@ -31,6 +30,7 @@ from PySide6.QtCore import QEvent, QPointF, Qt, QTimer
 from PySide6.QtGui import QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QApplication, QFrame, QSizePolicy, QTextBrowser, QToolButton, QToolTip
 
+from .answer_token import AnswerToken
 from .code_blocks import CodeBlock, Prose, code_html, label, palette_for, split
 from .theme import KIND_HINTS, KINDS, SOURCE_WORDS, Theme
 
@@ -43,27 +43,7 @@ CODE_STATE = 2 << 24
 _SEPARATORS = "\u2029\ufdd0\ufdd1"
 
 
-@dataclass
-class ViewToken:
-    """What the view keeps per assistant token (from a TokenEvent or from history)."""
-
-    token_id: int
-    text: str
-    kind: str
-    step: int
-    draft_position: int | None
-    source: str | None = None  # what proposed the token's step: "lookup" | "draft" | ""; None: not recorded
-
-    @classmethod
-    def from_event(cls, ev) -> ViewToken:
-        kind = getattr(ev.kind, "value", ev.kind)
-        return cls(ev.token_id, ev.text, kind, ev.step, ev.draft_position, getattr(ev, "source", None))
-
-    @property
-    def copied(self) -> bool:
-        """A token lookup proposed (copied from the conversation) and the target kept."""
-        return self.kind == "accepted" and self.source == "lookup"
-
+ViewToken = AnswerToken  # what the view keeps per assistant token: the store's token itself
 
 
 @lru_cache(maxsize=256)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QScrollArea, QVBoxLayout, QWidget
 
+from specdec_core.events import Stats  # light: no torch
+
 from . import figures
 from .chat_view import MessageWidget
 from .theme import Theme
@@ -80,7 +82,7 @@ class LaneWidget(QFrame):
         lay.addWidget(self.scroll, 1)
         self.events: list = []
         self.clock = 0.0
-        self.stats: dict = {}  # the engine's Stats of this lane, timed by its own clock
+        self.stats = Stats()  # the engine's Stats of this lane, timed by its own clock
         self.message.empty_hint = EMPTY_LANE_HINT[lane]
         self.reset("Standard decoding" if lane == "standard" else "Speculative decoding", 1)
         self.retheme()
@@ -99,14 +101,14 @@ class LaneWidget(QFrame):
     @property
     def tokens_per_second(self) -> float:
         """End-to-end tok/s by the lane's own clock, as the engine's Stats give it."""
-        return float(self.stats.get("tokens_per_second") or 0.0)
+        return self.stats.tokens_per_second
 
     def reset(self, title: str, max_new_tokens: int) -> None:
         self.title.setText(title)
         self.badge.setText("")
         self.events = []
         self.clock = 0.0
-        self.stats = {}
+        self.stats = Stats()
         self.bar.setRange(0, max(1, max_new_tokens))
         self.bar.setValue(0)
         self.message.tokens = []
@@ -119,12 +121,12 @@ class LaneWidget(QFrame):
     def begin(self) -> None:
         self.message.set_streaming(True)
 
-    def add(self, race_events: list, stats: dict | None = None) -> None:
+    def add(self, race_events: list, stats: Stats | None = None) -> None:
         evs = [r.event for r in race_events]
         self.events.extend(evs)
         self.clock = race_events[-1].clock
-        if stats:
-            self.stats = dict(stats)
+        if stats is not None:
+            self.stats = stats
         self.message.append_events(evs)
         self.bar.setValue(min(self.bar.maximum(), self.tokens))
         self._show_figures()
@@ -132,8 +134,8 @@ class LaneWidget(QFrame):
     def finish(self, lane: dict | None, note: str = "") -> None:
         if lane and lane.get("seconds"):
             self.clock = float(lane["seconds"])
-        if lane and lane.get("stats"):
-            self.stats = dict(lane["stats"])
+        if lane and lane.get("stats"):  # RaceResult.to_dict()'s lane: the final Stats, as saved
+            self.stats = Stats.from_dict(lane["stats"])
         self.message.set_streaming(False)
         self._show_figures()
         self.message.set_meta(note)
@@ -141,7 +143,7 @@ class LaneWidget(QFrame):
     def _show_figures(self) -> None:
         self.clock_label.setText(f"{self.clock:.2f} s")
         self.rate_label.setText(f"{figures.rate(self.tokens_per_second)} {figures.END_TO_END_RATE}")
-        decode = self.stats.get("decode_tokens_per_second")
+        decode = self.stats.decode_tokens_per_second
         self.decode_label.setText(f"{figures.rate(decode)} {figures.DECODE_RATE}" if decode else "")
         self.count_label.setText(f"{self.tokens} token{'s' if self.tokens != 1 else ''}")
 

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from specdec_core.events import Stats  # light: no torch
 from specdec_core.settings import DEFAULT_DRAFT_TOKENS, PROPOSER_KINDS, DecodeSettings, SamplingParams, usable_proposer
 
 from . import figures
@@ -70,14 +71,14 @@ def summary_html(result: dict) -> str:
         head = f"<b>Speculative ({html.escape(prop)}) is {speedup:.2f}× faster</b>"
     else:
         head = f"<b>Speculative ({html.escape(prop)}) is slower here: {speedup:.2f}×</b>"
-    spec_stats = spec.get("stats", {})
+    spec_stats = Stats.from_dict(spec.get("stats", {}))
     lines = [
         head + f" — standard {std['seconds']:.2f} s, {std['tokens_per_second']:.1f} {figures.END_TO_END_RATE} · "
         f"speculative {spec['seconds']:.2f} s, {spec['tokens_per_second']:.1f} {figures.END_TO_END_RATE} (own clocks).",
         f"Acceptance rate α {figures.alpha(spec_stats)} · τ {figures.tau(spec_stats)} tokens per speculative step · "
-        f"plain steps {figures.share(spec_stats.get('plain_step_share'))} · "
-        f"{spec_stats.get('target_forward_passes', '?')} target passes for {spec['new_tokens']} tokens "
-        f"(standard: {std.get('stats', {}).get('target_forward_passes', '?')}).",
+        f"plain steps {figures.share(spec_stats.plain_step_share)} · "
+        f"{spec_stats.target_forward_passes} target passes for {spec['new_tokens']} tokens "
+        f"(standard: {Stats.from_dict(std.get('stats', {})).target_forward_passes}).",
     ]
     verdict = result.get("verdict", "")
     mark = "✓ " if result.get("identical") else ("≠ " if verdict else "")
@@ -310,7 +311,7 @@ class RaceView(QWidget):
         self.status.setText("Racing…")
         self.race_started.emit()
 
-    def _on_events(self, request_id: int, batch: list, stats: dict | None = None) -> None:
+    def _on_events(self, request_id: int, batch: list, stats: dict[str, Stats] | None = None) -> None:
         if not self._is_current(request_id) or self.active.cancel.is_set():
             return
         by_lane: dict[str, list] = {}

@@ -50,7 +50,7 @@ class RaceRequest:
 
 class RaceWorker(QObject):
     started = Signal(int)  # request id: the race got the thread and its clocks start
-    events = Signal(int, object, object)  # request id, [RaceEvent(lane, event, clock), ...], {lane: Stats dict}
+    events = Signal(int, object, object)  # request id, [RaceEvent(lane, event, clock), ...], {lane: Stats}
     finished = Signal(int, object)  # request id, RaceResult.to_dict()
     failed = Signal(int, str)
 
@@ -88,7 +88,7 @@ class RaceWorker(QObject):
             self.started.emit(req.request_id)
             for batch in step_batches(race, event_of=lambda rev: rev.event):
                 stats = {lane: race.lane_stats(lane) for lane in {rev.lane for rev in batch}}
-                self.events.emit(req.request_id, batch, {k: v.to_dict() for k, v in stats.items() if v is not None})
+                self.events.emit(req.request_id, batch, {k: v for k, v in stats.items() if v is not None})
             self.finished.emit(req.request_id, race.result.to_dict())
         except Exception as exc:
             traceback.print_exc()

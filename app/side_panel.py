@@ -29,10 +29,12 @@ from PySide6.QtWidgets import (
 )
 
 from specdec_core.contract import ServerInfo  # light: no torch
+from specdec_core.events import Stats  # light: no torch
 from specdec_core.server.generation import figure_notes
 from specdec_core.settings import DEFAULT_DRAFT_TOKENS, PROPOSER_KINDS, DecodeSettings, SamplingParams, usable_proposer
 
 from . import figures
+from .answer_figures import AnswerFigures
 from .metric_charts import Metric, PositionBars, SpeedChart
 from .theme import Theme
 
@@ -259,52 +261,58 @@ class SidePanel(QScrollArea):
         self.sources.setVisible(False)
         self.summary.setText("generating…" if mode else "")
 
-    def show_stats(self, stats: dict, draft_setting=None, series: list[tuple[float, float]] | None = None) -> None:
-        """The engine's Stats of the message (running or final, same meanings): both rates
-        labelled, α and τ over the speculative steps, the plain-step share beside them."""
-        self.m_speed.set(figures.rate(stats.get("decode_tokens_per_second")))
-        self.m_e2e.set(figures.rate(stats.get("tokens_per_second")))
+    def show_stats(self, fig: AnswerFigures) -> None:
+        """An answer's figures (running or final, same meanings): both rates labelled, α and τ
+        over the speculative steps, the plain-step share beside them, its decode rate's curve."""
+        stats = fig.stats
+        self.m_speed.set(figures.rate(stats.decode_tokens_per_second))
+        self.m_e2e.set(figures.rate(stats.tokens_per_second))
         self.m_alpha.set(figures.alpha(stats))
         self.m_tau.set(figures.tau(stats))
-        self.m_plain.set(figures.share(stats.get("plain_step_share")) if stats.get("target_forward_passes") else "—")
+        counted = stats.target_forward_passes and fig.steps_counted
+        self.m_plain.set(figures.share(stats.plain_step_share) if counted else "—")
         self.m_k.set(figures.draft_length(stats))
-        self.m_k.caption.setText("draft length k" + (" (adaptive)" if draft_setting == "adaptive" else ""))
+        self.m_k.caption.setText("draft length k" + (" (adaptive)" if fig.draft_setting == "adaptive" else ""))
         lines = figures.sources(stats)
         self.sources.setText("<span style='color:gray'>proposed by</span><br>" + "<br>".join(lines) if lines else "")
         self.sources.setVisible(bool(lines))
-        self.bars.set_values(stats.get("per_position_acceptance") or [] if figures.speculative(stats) else [])
-        if series is not None:
-            self.chart.set_points(series)
-        bits = [f"{stats.get('new_tokens', 0)} tokens", f"{stats.get('seconds', 0.0):.2f} s"]
-        if stats.get("prefill_seconds"):
-            bits.append(f"first token {stats['prefill_seconds'] * 1000:.0f} ms")
-        if stats.get("target_forward_passes"):
-            bits.append(f"{stats['target_forward_passes']} steps, {stats.get('plain_steps', 0)} plain")
-        if stats.get("reused_prompt_tokens"):
-            bits.append(f"{stats['reused_prompt_tokens']} prompt tokens reused from the last turn")
-        if figures.speculative(stats) and stats.get("proposer"):
-            bits.append(f"proposer {stats['proposer']}")
-        reason = {"eos": "end of answer", "max_new_tokens": "token limit", "context": "context full",
-                  "cancelled": "stopped",
-                  "error": "cut off", "cut": "cut off: the app ended while it was written"}.get(
-            stats.get("stop_reason", ""), stats.get("stop_reason", ""))
-        bits.append(reason or "generating…")
-        self.summary.setText(" · ".join(bits))
+        self.bars.set_values(stats.per_position_acceptance if figures.speculative(stats) else [])
+        self.chart.set_points(fig.series)
+        self.summary.setText(" · ".join(_summary_bits(stats)))
 
-    def show_server_figures(self, stats: dict) -> None:
+    def show_server_figures(self, fig: AnswerFigures) -> None:
         """After an answer from a server: what the server itself reported about it (its own
         tok/s, drafted and accepted, where the figures came from), below the message's numbers."""
-        server = stats.get("server")
+        server = fig.server
         if not server:
             return
         self.m_k.caption.setText("k (the server's)")  # not the hidden adaptive setting
         bits = [f"{html.escape(server.get('engine', '?'))} server"]
-        bits += [html.escape(note) for note in figure_notes(server, stats.get("draft_tokens", 0),
-                                                             stats.get("accepted_draft_tokens", 0))]
+        bits += [html.escape(note) for note in figure_notes(server, fig.stats.draft_tokens,
+                                                             fig.stats.accepted_draft_tokens)]
         if server.get("error"):
             bits.append(f"<b>cut off</b>: {html.escape(server['error'])}")
         text = self.summary.text()
         self.summary.setText((text + "<br>" if text else "") + " · ".join(bits))
+
+
+STOP_WORDS = {"eos": "end of answer", "max_new_tokens": "token limit", "context": "context full",
+              "cancelled": "stopped", "error": "cut off", "cut": "cut off: the app ended while it was written"}
+
+
+def _summary_bits(stats: Stats) -> list[str]:
+    """The summary line under the figures: tokens, time, first token, steps, reuse, how it ended."""
+    bits = [f"{stats.new_tokens} tokens", f"{stats.seconds:.2f} s"]
+    if stats.prefill_seconds:
+        bits.append(f"first token {stats.prefill_seconds * 1000:.0f} ms")
+    if stats.target_forward_passes:
+        bits.append(f"{stats.target_forward_passes} steps, {stats.plain_steps} plain")
+    if stats.reused_prompt_tokens:
+        bits.append(f"{stats.reused_prompt_tokens} prompt tokens reused from the last turn")
+    if figures.speculative(stats) and stats.proposer:
+        bits.append(f"proposer {stats.proposer}")
+    bits.append(STOP_WORDS.get(stats.stop_reason, stats.stop_reason) or "generating…")
+    return bits
 
 
 def _wrapping_label(name: str) -> QLabel:

@@ -11,14 +11,16 @@ Rules (docs/architecture.md):
 - stop is cooperative: the GUI sets the request's threading.Event directly (thread-safe); the
   engine checks it between steps and the worker stops forwarding tokens at once;
 - tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token,
-  each carrying the engine's running Stats for exactly the tokens sent so far: the GUI shows
-  those numbers and saves them with a stopped message; it never recomputes them from events.
+  each carrying the engine's running Stats (a typed copy) for exactly the tokens sent so far: the
+  GUI shows those numbers and saves them with a stopped message; it never recomputes them from
+  events. The end is one typed `Finished` value.
 
 `start_worker()` is the one function that wires a Worker to its QThread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import traceback
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from specdec_core.events import Stats  # light: no torch
 from specdec_core.settings import DEFAULT_DRAFT_TOKENS, DecodeSettings  # light: no torch
 
 if TYPE_CHECKING:  # the contract, for the types only: the engine itself opens in the worker thread
@@ -54,6 +57,17 @@ class LoadRequest:
     quantization: str | None = None
     factory: Callable[[Callable[[str, float | None], None]], EngineLike] | None = None
     api_key: str | None = field(default=None, repr=False)  # a server target's key (else $SPECDEC_API_KEY)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a generation ended, as the `finished` signal hands it to the GUI: the engine's final
+    Stats (a server's ServerStats), the answer's text, and why a server's stream broke off
+    midway ("" when it did not: then `stats.stop_reason` is "error" and the part is kept)."""
+
+    stats: Stats
+    text: str = ""
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -149,8 +163,8 @@ class Worker(QObject):
     load_failed = Signal(str)  # one line for a dialog
     # generation; every signal carries the request id first
     started = Signal(int)
-    tokens = Signal(int, object, object)  # request id, [TokenEvent, ...], running Stats.to_dict()
-    finished = Signal(int, object)  # request id, Stats.to_dict() (+ "text")
+    tokens = Signal(int, object, object)  # request id, [TokenEvent, ...], the running Stats (a copy)
+    finished = Signal(int, object)  # request id, Finished
     failed = Signal(int, str)  # request id, message
     # request id, context.Fit: the chat plus its answer budget does not fit the target's context;
     # its `drop` = the fewest oldest messages to leave out (counting those already left out),
@@ -211,7 +225,7 @@ class Worker(QObject):
     @Slot(object)
     def _generate(self, req: GenerateRequest) -> None:
         if req.cancel.is_set():  # stopped before it even started: say so, emit no tokens
-            self.finished.emit(req.request_id, {"stop_reason": "cancelled", "new_tokens": 0})
+            self.finished.emit(req.request_id, Finished(Stats(stop_reason="cancelled")))
             return
         if self.engine is None:
             self.failed.emit(req.request_id, "no models are loaded yet")
@@ -229,12 +243,11 @@ class Worker(QObject):
                                        **req.generate_options())
             for batch in step_batches(gen, cancel=req.cancel):
                 # batches end at a step's end, where the running stats count exactly these tokens
-                self.tokens.emit(req.request_id, batch, gen.snapshot().to_dict())
-            stats = gen.stats.to_dict()
+                self.tokens.emit(req.request_id, batch, gen.snapshot())
+            stats = gen.snapshot()
             if req.cancel.is_set():
-                stats["stop_reason"] = "cancelled"
-            stats["text"] = gen.text
-            self.finished.emit(req.request_id, stats)
+                stats = dataclasses.replace(stats, stop_reason="cancelled")
+            self.finished.emit(req.request_id, Finished(stats, gen.text))
         except Exception as exc:
             from specdec_core.models.errors import ModelError  # light: a user-facing one-liner
 
@@ -242,9 +255,7 @@ class Worker(QObject):
                 traceback.print_exc()
             if gen is not None and gen.events and gen.stats is not None and gen.stats.stop_reason == "error":
                 # a server's stream broke off midway: its figures for what arrived, marked as cut
-                stats = gen.stats.to_dict()
-                stats.update(text=gen.text, error=_one_line(exc))
-                self.finished.emit(req.request_id, stats)
+                self.finished.emit(req.request_id, Finished(gen.snapshot(), gen.text, _one_line(exc)))
             else:
                 self.failed.emit(req.request_id, _one_line(exc))
         finally:

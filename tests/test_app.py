@@ -7,6 +7,7 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import dataclasses  # noqa: E402
 import html  # noqa: E402
 import io  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -22,7 +23,8 @@ from PySide6.QtWidgets import QMessageBox  # noqa: E402
 from app.chat_view import MessageWidget, ViewToken, align, token_tooltip  # noqa: E402
 from app.history import History  # noqa: E402
 from app.theme import Theme  # noqa: E402
-from app.worker import GenerateRequest, LoadRequest  # noqa: E402
+from app.worker import Finished, GenerateRequest, LoadRequest  # noqa: E402
+from specdec_core.events import Stats  # noqa: E402
 from specdec_core.settings import DecodeSettings  # noqa: E402
 from app_fixtures import heavy_imports, tiny_factory  # noqa: E402
 
@@ -65,11 +67,13 @@ def test_worker_generate_signals_in_strict_order(qtbot, worker, sig):
     with qtbot.waitSignals([sig.started, sig.tokens, sig.finished], order="strict", timeout=TIMEOUT):
         worker.request_generate(req)
     assert [i for i, _ in got] == [0, 1, 2]
-    (rid0,), (rid1, events, running), (rid2, stats) = (args for _, args in got)
+    (rid0,), (rid1, events, running), (rid2, end) = (args for _, args in got)
     assert rid0 == rid1 == rid2 == 7
     assert len(events) == 1 and events[0].kind.value == "standard"
-    assert stats["new_tokens"] == 1 and stats["stop_reason"] == "max_new_tokens"
-    assert "text" not in running and {k: stats[k] for k in running} == running  # one step: running == final
+    # typed values on the way back: the running Stats, then Finished(Stats, text)
+    assert isinstance(running, Stats) and isinstance(end, Finished) and isinstance(end.stats, Stats)
+    assert end.stats.new_tokens == 1 and end.stats.stop_reason == "max_new_tokens" and end.text == events[0].text
+    assert running == end.stats and not end.error  # one step: running == final
 
 
 def test_worker_next_turn_reuses_the_conversation_cache(qtbot, worker, sig):
@@ -78,12 +82,12 @@ def test_worker_next_turn_reuses_the_conversation_cache(qtbot, worker, sig):
     turn1 = [{"role": "user", "content": "the cat"}]
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as first:
         worker.request_generate(GenerateRequest(1, turn1, DecodeSettings(6, draft_tokens=2)))
-    assert first.args[1]["reused_prompt_tokens"] == 0
-    turn2 = turn1 + [{"role": "assistant", "content": first.args[1]["text"]},
+    assert first.args[1].stats.reused_prompt_tokens == 0
+    turn2 = turn1 + [{"role": "assistant", "content": first.args[1].text},
                      {"role": "user", "content": "is it on the mat"}]
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as second:
         worker.request_generate(GenerateRequest(2, turn2, DecodeSettings(6, draft_tokens=2)))
-    assert second.args[1]["reused_prompt_tokens"] > 0  # at least the first turn's prompt
+    assert second.args[1].stats.reused_prompt_tokens > 0  # at least the first turn's prompt
 
 
 def test_worker_streams_batches_then_finishes(qtbot, worker, sig):
@@ -101,18 +105,17 @@ def test_worker_streams_batches_then_finishes(qtbot, worker, sig):
     assert names[0] == "started" and set(names[1:]) == {"tokens"} and len(names) >= 3  # batched, not 1 big lump
     assert all(s[1] == 3 for s in seen) and b.args[0] == 3
     events = [e for s in seen[1:] for e in s[2]]
-    assert len(events) == 30 == b.args[1]["new_tokens"]
+    assert len(events) == 30 == b.args[1].stats.new_tokens
     assert len(seen) - 1 < len(events)  # several tokens per signal
-    assert "".join(e.text for e in events) == b.args[1]["text"]
+    assert "".join(e.text for e in events) == b.args[1].text
     assert {e.kind.value for e in events} <= SPEC_KINDS
     # each batch carries the engine's running stats for exactly the tokens sent so far
     sent = 0
     for s in seen[1:]:
         sent += len(s[2])
-        assert s[3]["new_tokens"] == sent and s[3]["mode"] == "speculative"
-        assert s[3]["stop_reason"] == ("" if sent < 30 else "max_new_tokens")
-    final = b.args[1]
-    assert {k: final[k] for k in seen[-1][3]} == seen[-1][3]  # the last batch's figures are the final ones
+        assert s[3].new_tokens == sent and s[3].mode == "speculative"
+        assert s[3].stop_reason == ("" if sent < 30 else "max_new_tokens")
+    assert b.args[1].stats == seen[-1][3]  # the last batch's figures are the final ones
 
 
 def test_worker_load_failure_is_one_line(qtbot, worker, sig, tmp_path):
@@ -142,7 +145,7 @@ def test_send_stream_finish_history_round_trip(qtbot, make_window, tmp_path):
     assert (user.role, user.content) == ("user", "is the cat on the mat")
     assert reply.role == "assistant" and len(reply.tokens) == 10
     assert reply.content == "".join(t.text for t in reply.tokens) and reply.content.strip()
-    assert reply.stats["mode"] == "speculative" and reply.stats["new_tokens"] == 10
+    assert reply.figures.stats.mode == "speculative" and reply.figures.stats.new_tokens == 10
     # the bubble shows the streamed text
     bubble = win.page.chat_view.messages[-1]
     assert bubble.role == "assistant" and not bubble.streaming
@@ -185,7 +188,7 @@ def test_toggle_changes_kinds_of_next_message(qtbot, make_window):
     assert set(kinds) <= SPEC_KINDS and "accepted" in kinds
     assert kinds[0] == "standard" and kinds.count("bonus") <= kinds.count("accepted")
     assert win.worker.engine is engine  # no reload
-    assert win.chats.messages[-1].stats["acceptance_rate"] > 0
+    assert win.chats.messages[-1].figures.stats.acceptance_rate > 0
     win.side_panel.mode_button.click()
     send_and_wait(qtbot, win, "the hat")
     assert {t.kind for t in win.chats.messages[-1].tokens} == {"standard"}
@@ -196,8 +199,8 @@ def test_prompt_lookup_proposer_and_adaptive(qtbot, make_window):
     win.side_panel.proposer.setCurrentIndex(win.side_panel.proposer.findData("prompt-lookup"))
     win.side_panel.adaptive.setChecked(True)
     send_and_wait(qtbot, win, "the cat the cat the cat")
-    stats = win.chats.messages[-1].stats
-    assert stats["proposer"] == "prompt-lookup" and stats["settings"]["draft_tokens"] == "adaptive"
+    fig = win.chats.messages[-1].figures
+    assert fig.stats.proposer == "prompt-lookup" and fig.draft_setting == "adaptive"
     assert {t.kind for t in win.chats.messages[-1].tokens} <= SPEC_KINDS
 
 
@@ -206,7 +209,7 @@ def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     with qtbot.waitSignal(win.sig.tokens, timeout=TIMEOUT):
         assert win.generation.send("is the cat on the mat")
     stopped_id = win.generation.active.request.request_id
-    running = dict(win.generation.active.stats)  # the engine's stats of the batches shown so far
+    running = win.generation.active.stats  # the engine's stats of the batches shown so far
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT) as b:
         win.generation.stop()
     assert b.args[0] == "cancelled"
@@ -214,15 +217,14 @@ def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     n = len(stopped.tokens)
     assert 0 < n < 200
     # a stopped message saves the engine's stats of exactly the tokens it kept, not a recount
-    assert running["new_tokens"] == n and stopped.stats["stop_reason"] == "cancelled"
-    assert {k: stopped.stats[k] for k in running if k != "stop_reason"} == {
-        k: v for k, v in running.items() if k != "stop_reason"}
+    assert running.new_tokens == n and stopped.figures.stats.stop_reason == "cancelled"
+    assert stopped.figures.stats == dataclasses.replace(running, stop_reason="cancelled")
     bubble = win.page.chat_view.messages[-1]
     text = bubble.text
     # the worker ends the cancelled generation and says so, without sending more tokens
     with qtbot.waitSignal(win.sig.finished, timeout=TIMEOUT, check_params_cb=lambda rid, s: rid == stopped_id) as f:
         pass
-    assert f.args[1]["stop_reason"] == "cancelled"
+    assert f.args[1].stats.stop_reason == "cancelled"
     qtbot.wait(100)
     assert len(win.chats.messages[-1].tokens) == n
     assert len(bubble.tokens) == n and bubble.text == text
@@ -235,7 +237,7 @@ def test_stop_mid_stream_delivers_nothing_stale(qtbot, make_window, tmp_path):
     h = History(tmp_path / "data")
     saved = h.messages(win.chats.chat_id)
     h.close()
-    assert len(saved) == 4 and len(saved[1].tokens) == n and saved[1].stats["stop_reason"] == "cancelled"
+    assert len(saved) == 4 and len(saved[1].tokens) == n and saved[1].figures.stats.stop_reason == "cancelled"
 
 
 def test_the_side_panel_shows_the_engines_figures_live_and_final(qtbot, make_window):
@@ -255,20 +257,20 @@ def test_the_side_panel_shows_the_engines_figures_live_and_final(qtbot, make_win
     send_and_wait(qtbot, win, "is the cat on the mat")
     assert len(shown) >= 2
     for stats, speed, e2e, alpha, tau, plain in shown:
-        assert speed == figures.rate(stats["decode_tokens_per_second"])
-        assert e2e == figures.rate(stats["tokens_per_second"])
+        assert speed == figures.rate(stats.decode_tokens_per_second)
+        assert e2e == figures.rate(stats.tokens_per_second)
         assert (alpha, tau) == (figures.alpha(stats), figures.tau(stats))
-        assert plain == figures.share(stats["plain_step_share"])
-    final = win.chats.messages[-1].stats
-    assert {k: final[k] for k in shown[-1][0]} == shown[-1][0]
+        assert plain == figures.share(stats.plain_step_share)
+    final = win.chats.messages[-1].figures.stats
+    assert final == shown[-1][0]
     p = win.side_panel
-    assert p.m_speed.value.text() == shown[-1][1] == figures.rate(final["decode_tokens_per_second"])
-    assert p.m_e2e.value.text() == figures.rate(final["tokens_per_second"])
+    assert p.m_speed.value.text() == shown[-1][1] == figures.rate(final.decode_tokens_per_second)
+    assert p.m_e2e.value.text() == figures.rate(final.tokens_per_second)
     assert p.m_speed.caption.text() == "tok/s decode" and p.m_e2e.caption.text() == "tok/s end-to-end"
     # the message header says which rate is which
     meta = win.page.chat_view.messages[-1].meta_label.text()
-    assert f"{final['decode_tokens_per_second']:.1f} tok/s decode" in meta
-    assert f"{final['tokens_per_second']:.1f} tok/s end-to-end" in meta and "plain steps" in meta
+    assert f"{final.decode_tokens_per_second:.1f} tok/s decode" in meta
+    assert f"{final.tokens_per_second:.1f} tok/s end-to-end" in meta and "plain steps" in meta
     # everything the panel shows fits it at the window's default width: nothing cut at its edge
     win.resize(1360, 860)
     win.show()
@@ -340,8 +342,9 @@ def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     before = list(live.tokens)
     from specdec_core.events import TokenEvent, TokenKind
 
-    win.generation.on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], {"new_tokens": 99})
-    assert live.tokens == before and win.generation.active.stats.get("new_tokens") != 99  # neither shown nor counted
+    win.generation.on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], Stats(new_tokens=99))
+    running = win.generation.active.stats
+    assert live.tokens == before and (running is None or running.new_tokens != 99)  # neither shown nor counted
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         pass
     assert "STALE" not in win.chats.messages[-1].content and len(win.chats.messages[-1].tokens) == 3
@@ -355,7 +358,7 @@ def test_regenerate_and_new_chat(qtbot, make_window):
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         win.generation.regenerate()
     assert len(win.chats.messages) == 2 and win.chats.messages[-1] is not first
-    assert win.chats.messages[-1].stats["settings"]["seed"] != first.stats["settings"]["seed"]
+    assert win.chats.messages[-1].figures.settings["seed"] != first.figures.settings["seed"]
     assert len(win.page.chat_view.messages) == 2
     h = History(win.store.history.data_dir)
     assert len(h.messages(win.chats.chat_id)) == 2  # the branch shown: the question and the new answer

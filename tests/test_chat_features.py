@@ -131,14 +131,14 @@ def test_regenerate_keeps_each_version_with_its_own_colours_and_figures(qtbot, m
     assert [t.kind for t in w.tokens] == [t.kind for t in standard.tokens]
     assert w.meta_label.text().startswith("standard")
     assert win.side_panel.m_alpha.value.text() == "—"  # a standard answer has no α
-    assert win.side_panel.m_speed.value.text() == figures.rate(standard.stats["decode_tokens_per_second"])
+    assert win.side_panel.m_speed.value.text() == figures.rate(standard.figures.stats.decode_tokens_per_second)
     assert win.side_panel.chart.points == curves[0]  # its own curve, as it was drawn live
     win.chats.switch_last_answer(1)  # Alt+Right
-    assert win.chats.messages[-1] is spec and win.side_panel.m_alpha.value.text() == figures.alpha(spec.stats)
+    assert win.chats.messages[-1] is spec and win.side_panel.m_alpha.value.text() == figures.alpha(spec.figures.stats)
     assert win.side_panel.chart.points == curves[1]
     h = History(win.store.history.data_dir)
     kept = [m for m in h.all_messages(win.chats.chat_id) if m.role == "assistant"]
-    assert [m.stats["mode"] for m in kept] == ["standard", "speculative"]
+    assert [m.figures.stats.mode for m in kept] == ["standard", "speculative"]
     assert [[t.kind for t in m.tokens] for m in kept] == [[t.kind for t in standard.tokens], [t.kind for t in spec.tokens]]
     h.close()
 
@@ -657,19 +657,19 @@ def test_the_side_panel_shows_steps_and_kept_tokens_per_source_live_and_final(qt
     shown = []
     win.sig.tokens.connect(lambda _rid, _evs, stats: shown.append((stats, win.side_panel.sources.text())))
     send_and_wait(qtbot, win, "the cat the cat the cat the cat")
-    final = win.chats.messages[-1].stats
-    assert final["steps_by_source"] and sum(final["steps_by_source"].values()) == final["speculative_steps"]
+    final = win.chats.messages[-1].figures.stats
+    assert final.steps_by_source and sum(final.steps_by_source.values()) == final.speculative_steps
     for stats, text in shown:
         lines = figures.sources(stats)
         assert text == ("" if not lines else text) and all(line in text for line in lines)
     last = win.side_panel.sources.text()
-    for src, n in final["steps_by_source"].items():
+    for src, n in final.steps_by_source.items():
         name = figures.SOURCE_NAMES[src]
-        a, p = final["accepted_by_source"].get(src, 0), final["proposed_by_source"][src]
+        a, p = final.accepted_by_source.get(src, 0), final.proposed_by_source[src]
         assert f"{name}: {n} step{'' if n == 1 else 's'} · {a} of {p} kept" in last
     # the saved tokens carry their source, and the bubble shows it on hover
     tokens = win.chats.messages[-1].tokens
-    assert {t.source for t in tokens if t.kind != "standard"} <= set(final["steps_by_source"])
+    assert {t.source for t in tokens if t.kind != "standard"} <= set(final.steps_by_source)
     assert {t.source for t in tokens if t.kind == "standard"} == {""}
     h = History(win.store.history.data_dir)
     assert [t.source for t in h.messages(win.chats.chat_id)[-1].tokens] == [t.source for t in tokens]

@@ -5,16 +5,19 @@ History in one transaction."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from app import chat_json
+from app import chat_json, figures
+from app.answer_figures import AnswerFigures
 from app.chat_json import ChatFile, ChatFileError
 from app.conversation import Conversation
 from app.history import Attachment, History, Message, SaveError, StoredToken
+from specdec_core.events import Stats
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "chat-json.md"
 
@@ -24,7 +27,7 @@ def shape(messages: list[Message], leaf: Message | None):
     index = {id(m): i for i, m in enumerate(messages)}
     rows = [(index.get(id(m.parent)) if m.parent is not None else None, m.role, m.content, m.state,
              [(t.token_id, t.text, t.kind, t.step, t.draft_position, t.source) for t in m.tokens],
-             m.stats, [a.to_dict() for a in m.attachments]) for m in messages]
+             m.figures, [a.to_dict() for a in m.attachments]) for m in messages]
     return rows, index.get(id(leaf)) if leaf is not None else None
 
 
@@ -52,13 +55,15 @@ def branched_chat() -> ChatFile:
     conv.add(Message("assistant", " sat on the", [
         StoredToken(10, " sat", "standard", 0, None, ""), StoredToken(11, " on", "accepted", 1, 0, "draft"),
         StoredToken(12, " the", "accepted", 1, 1, "lookup"), StoredToken(13, "", "corrected", 1, 2, "draft")],
-        stats), q1)
+        AnswerFigures.from_dict(stats)), q1)
     a2 = conv.add(Message("assistant", " ran", [StoredToken(14, " ran", "bonus", 3, 2, None)],
-                          {"mode": "standard", "stop_reason": "cancelled", "new_tokens": 1}, state="cut"), q1)
+                          AnswerFigures.from_dict({"mode": "standard", "stop_reason": "cancelled", "new_tokens": 1}),
+                          state="cut"), q1)
     q2 = conv.add(Message("user", "the hat"), None)  # an edit of the first question: its sibling
     conv.add(Message("assistant", " is red", [StoredToken(15, " is", "server", 0, None),
                                               StoredToken(16, " red", "server", 1, None)],
-                     {"mode": "speculative", "server": {"engine": "llama.cpp"}, "error": "connection reset"}), q2)
+                     AnswerFigures.from_dict({"mode": "speculative", "server": {"engine": "llama.cpp"},
+                                              "error": "connection reset"})), q2)
     conv.show(a2)  # the branch shown: the first question's second answer
     return ChatFile("the cat ✓", "You are concise.\nAlways.", conv.messages, conv.leaf, pinned=True)
 
@@ -66,8 +71,9 @@ def branched_chat() -> ChatFile:
 # -- the file's shape ---------------------------------------------------------------------------
 def test_a_small_chat_is_written_exactly_as_documented():
     q = Message("user", "hi", attachments=[Attachment("a.py", "print(1)\n", 9, "file")])
-    a = Message("assistant", " yo", [StoredToken(5, " yo", "accepted", 1, 0, "draft")],
-                {"mode": "speculative", "new_tokens": 1}, parent=q)
+    stats = Stats(mode="speculative", new_tokens=1)
+    a = Message("assistant", " yo", [StoredToken(5, " yo", "accepted", 1, 0, "draft")], AnswerFigures(stats),
+                parent=q)
     data = chat_json.encode(ChatFile("t", "sp", [q, a], a), "9.9")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", data.pop("exported_at"))
     assert data == {
@@ -79,7 +85,7 @@ def test_a_small_chat_is_written_exactly_as_documented():
             {"id": 1, "parent": 0, "role": "assistant", "content": " yo", "state": "", "attachments": [],
              "tokens": [{"id": 5, "text": " yo", "kind": "accepted", "step": 1, "draft_position": 0,
                          "source": "draft"}],
-             "stats": {"mode": "speculative", "new_tokens": 1}}]}}
+             "stats": {**stats.to_dict(), "series": []}}]}}
 
 
 def test_the_documented_example_imports():
@@ -156,8 +162,6 @@ REFUSED = [
     (broken(set_in(["chat", "messages", 1, "tokens", 0, "step"], 1.5)), "whole-number \"step\""),
     (broken(set_in(["chat", "messages", 1, "stats", "seconds"], "fast")), "figure \"seconds\" of the wrong type"),
     (broken(set_in(["chat", "messages", 1, "stats", "series"], [[1, "x"]])), "figure \"series\""),
-    (broken(lambda d: d["chat"]["messages"][1]["stats"].pop("acceptance_rate")),
-     "message 2 has figures the app cannot show \\(KeyError"),
     (broken(set_in(["chat", "messages", 0, "attachments", 0, "bytes"], -1)), "attachment 1, needs \"bytes\""),
     (broken(set_in(["chat", "messages", 1, "state"], "weird")), "message 2 has state 'weird'"),
     (broken(set_in(["chat", "leaf"], 99)), "shows message id 99, which it lacks"),
@@ -179,6 +183,24 @@ def test_an_oversized_file_is_refused_before_it_is_parsed(monkeypatch):
         chat_json.loads(b" " * 101)
 
 
+def test_figures_are_read_typed_and_derived_ones_follow_from_the_counts():
+    """A file's "stats" become the typed figures: a derived figure (α, τ, a rate) is the counts'
+    (a file that lacks one, or holds a stale one, shows what its counts say); a file saved
+    before speculative steps were counted apart shows no τ, and keeps it so when written again."""
+    data = good()
+    figs = data["chat"]["messages"][1]["stats"]
+    del figs["acceptance_rate"]
+    figs["mean_accepted_per_step"] = 99.0  # not what its counts say
+    fig = chat_json.decode(data).messages[1].figures
+    assert isinstance(fig, AnswerFigures) and isinstance(fig.stats, Stats)
+    assert (fig.stats.acceptance_rate, fig.stats.mean_accepted_per_step) == (2 / 3, 3.0)
+    assert fig.settings["draft_tokens"] == "adaptive" and fig.series == [(0.2, 5.0), (0.5, 7.5)]
+    old = chat_json.decode(good()).messages[2].figures  # {"mode", "stop_reason", "new_tokens"} only
+    assert not old.steps_counted and "τ" not in figures.meta_line(dataclasses.replace(
+        old, stats=dataclasses.replace(old.stats, mode="speculative")))
+    assert AnswerFigures.from_dict(old.to_dict()) == old and "plain_step_share" not in old.to_dict()
+
+
 def test_unknown_keys_are_ignored_and_absent_optional_ones_default():
     data = good()
     data["chat"]["future"] = {"x": 1}
@@ -188,7 +210,7 @@ def test_unknown_keys_are_ignored_and_absent_optional_ones_default():
     del data["chat"]["messages"][1]["tokens"][0]["source"]
     chat = chat_json.decode(data)
     q2 = chat.messages[3]
-    assert (q2.state, q2.attachments, q2.tokens, q2.stats) == ("", [], [], {})
+    assert (q2.state, q2.attachments, q2.tokens, q2.figures) == ("", [], [], None)
     assert chat.messages[1].tokens[0].source is None
 
 

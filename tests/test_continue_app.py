@@ -64,7 +64,7 @@ def test_max_new_tokens_is_off_by_default_and_the_context_bounds_the_answer(qtbo
     assert send_and_wait(qtbot, win, "is the cat on the mat") == "context"
     q, a = win.chats.messages
     prompt = win.worker.engine.count_tokens([{"role": "user", "content": q.content}])
-    assert len(a.tokens) == 80 - prompt and a.stats["new_tokens"] == len(a.tokens)
+    assert len(a.tokens) == 80 - prompt and a.figures.stats.new_tokens == len(a.tokens)
     w = win.page.chat_view.messages[-1]
     assert w.meta_label.text().endswith("context full") and w.continue_button.isVisibleTo(win)
     assert win.side_panel.summary.text().endswith("context full")
@@ -97,8 +97,8 @@ def test_continue_after_stop_is_one_message_the_old_tokens_then_the_new(qtbot, m
         win.generation.stop()
     answer = win.chats.messages[-1]
     old = as_tuples(answer.tokens)
-    old_stats = dict(answer.stats)
-    assert answer.stats["stop_reason"] == "cancelled" and w.meta_label.text().endswith("stopped")
+    old_fig = answer.figures
+    assert answer.figures.stats.stop_reason == "cancelled" and w.meta_label.text().endswith("stopped")
     assert w.continue_button.isVisibleTo(win)
 
     # Continue (the button beside the mark): the same message grows
@@ -117,17 +117,17 @@ def test_continue_after_stop_is_one_message_the_old_tokens_then_the_new(qtbot, m
     assert min(t[3] for t in new[len(old):]) > max(t[3] for t in old)  # steps numbered on
     assert answer.content == "".join(t[1] for t in new) and answer.state == ""
     # one message's figures: both parts joined
-    s = answer.stats
-    assert s["new_tokens"] == len(new) and s["continued"] == 1 and s["stop_reason"] == "max_new_tokens"
-    assert s["seconds"] > old_stats["seconds"] and s["target_forward_passes"] > old_stats["target_forward_passes"]
-    assert len(s["series"]) > len(old_stats["series"]) and s["series"][: len(old_stats["series"])] == old_stats["series"]
+    fig, s, old_stats = answer.figures, answer.figures.stats, old_fig.stats
+    assert s.new_tokens == len(new) and fig.continued == 1 and s.stop_reason == "max_new_tokens"
+    assert s.seconds > old_stats.seconds and s.target_forward_passes > old_stats.target_forward_passes
+    assert len(fig.series) > len(old_fig.series) and fig.series[: len(old_fig.series)] == old_fig.series
     assert win.side_panel.summary.text().startswith(f"{len(new)} tokens")
     # the bubble shows the whole, coloured by kind, with the mark of the new end
     assert as_tuples(w.tokens) == new and w.meta_label.text().endswith("token limit") and w.error is None
     # on disk: one answer, its tokens and figures
     h = History(tmp_path / "data")
     (stored_q, stored_a) = h.messages(win.chats.chat_id)
-    assert as_tuples(stored_a.tokens) == new and stored_a.stats["new_tokens"] == len(new)
+    assert as_tuples(stored_a.tokens) == new and stored_a.figures.stats.new_tokens == len(new)
     assert len(h.all_messages(win.chats.chat_id)) == 2
     h.close()
     # greedy: the continued answer is, token for token, the answer never stopped
@@ -151,7 +151,7 @@ def test_continue_after_a_token_limit_from_the_button_the_menu_and_the_keyboard(
     actions = {a.text(): a for a in menu.actions() if a.text()}
     assert actions["Continue"].isEnabled() and actions["Regenerate"].isEnabled()
     continue_and_wait(qtbot, win, actions["Continue"].trigger)
-    assert len(answer.tokens) == 18 and answer.stats["continued"] == 2 and answer.stats["new_tokens"] == 18
+    assert len(answer.tokens) == 18 and answer.figures.continued == 2 and answer.figures.stats.new_tokens == 18
     # Chat ▸ Continue the last answer
     act = next(a for a in win.menuBar().actions()[1].menu().actions() if a.text().startswith("Co&ntinue"))
     assert act.shortcut().toString() == "Ctrl+Shift+Return"
@@ -201,5 +201,5 @@ def test_continue_on_a_full_context_offers_to_leave_the_oldest_turns_out(qtbot, 
     assert done.args == ["context"] and requests[-1].continuing and requests[-1].dropped == 2
     # the same message, longer by what the two left-out messages made room for
     assert win.chats.messages == [q1, a1, q2, answer] and ids(answer)[: len(before)] == before
-    assert len(answer.tokens) > len(before) and answer.stats["continued"] == 1
+    assert len(answer.tokens) > len(before) and answer.figures.continued == 1
     assert [w.left_out_label.isVisibleTo(win) for w in win.page.chat_view.messages] == [True, True, False, False]

@@ -340,10 +340,10 @@ def test_the_worker_turns_engine_events_into_signals(qtbot, worker, sig):
     assert [e.token_id for e in events] == list(range(9))
     for evs, running in batches:  # each batch ends a step, and its figures are the engine's for it
         assert evs[-1].kind is TokenKind.BONUS
-        assert running["new_tokens"] == sum(len(b) for b, _ in batches[:batches.index((evs, running)) + 1])
-    stats = done.args[1]
-    assert stats["new_tokens"] == 9 and stats["stop_reason"] == "max_new_tokens"
-    assert stats["text"] == "".join(f" w{i}" for i in range(9))
+        assert running.new_tokens == sum(len(b) for b, _ in batches[:batches.index((evs, running)) + 1])
+    end = done.args[1]
+    assert end.stats.new_tokens == 9 and end.stats.stop_reason == "max_new_tokens"
+    assert end.text == "".join(f" w{i}" for i in range(9))
 
 
 def test_a_chat_that_does_not_fit_comes_back_as_the_engines_fit(qtbot, worker, sig):
@@ -364,9 +364,9 @@ def test_a_stream_that_breaks_off_keeps_its_part(qtbot, worker, sig):
     load(qtbot, worker, sig, FakeEngine(fail_after=4))
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as b:
         ask(worker, [{"role": "user", "content": "the cat"}], DecodeSettings(9))
-    stats = b.args[1]
-    assert stats["stop_reason"] == "error" and stats["new_tokens"] == 4
-    assert stats["text"] == " w0 w1 w2 w3" and stats["error"] == "the server closed the stream"
+    end = b.args[1]
+    assert end.stats.stop_reason == "error" and end.stats.new_tokens == 4
+    assert end.text == " w0 w1 w2 w3" and end.error == "the server closed the stream"
 
 
 def test_an_engine_error_is_one_line(qtbot, worker, sig):
@@ -387,4 +387,4 @@ def test_a_request_stopped_before_it_runs_never_reaches_the_engine(qtbot, worker
     req.cancel.set()
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as b:
         worker.request_generate(req)
-    assert b.args[1]["stop_reason"] == "cancelled" and engine.generated == []
+    assert b.args[1].stats.stop_reason == "cancelled" and engine.generated == []

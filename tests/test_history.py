@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.conversation import Conversation
+from specdec_core.events import Stats
 from app.history import (HIGHLIGHT, SCHEMA_VERSION, Attachment, History, Message, SaveError, StoredToken,
                          chat_to_markdown, fts_query)
 
@@ -58,7 +59,14 @@ def test_a_database_of_the_previous_release_opens_with_every_message_and_colour(
         assert [m.id for m in h.all_messages(cid)] == [r[0] for r in rows]
         for m, (mid, role, content, tokens, stats) in zip(path, rows):
             assert (m.role, m.content) == (role, content)
-            assert m.stats == (json.loads(stats) if stats else {})
+            # every figure that release saved reads back the same through the typed value (the
+            # rates and shares recomputed from the counts), and is saved again as it was
+            saved = json.loads(stats) if stats else None
+            assert (m.figures is None) == (saved is None)
+            if saved is not None:
+                assert isinstance(m.figures.stats, Stats) and m.figures.stats.new_tokens == saved["new_tokens"]
+                again = m.figures.to_dict()
+                assert {k: again[k] for k in saved} == saved
             old = json.loads(tokens) if tokens else []
             assert [[t.token_id, t.text, t.kind, t.step, t.draft_position] for t in m.tokens] == old
             assert all(t.source is None for t in m.tokens)  # not recorded by that release
@@ -67,7 +75,7 @@ def test_a_database_of_the_previous_release_opens_with_every_message_and_colour(
         assert [m.parent.id if m.parent else None for m in path] == [None] + [r[0] for r in rows[:-1]]
     assert kinds == {"accepted", "corrected", "bonus", "standard"}
     # the stopped answer keeps its mark
-    assert any(m.stats.get("stop_reason") == "cancelled" for cid in before for m in h.messages(cid))
+    assert any(m.figures and m.figures.stats.stop_reason == "cancelled" for cid in before for m in h.messages(cid))
     h.close()
     # opened again: nothing more to migrate, the same content
     h = History(folder)

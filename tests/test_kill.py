@@ -74,7 +74,8 @@ def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window,
     kinds = {t.kind for t in answer.tokens}
     assert kinds <= {"accepted", "corrected", "bonus", "standard"} and "accepted" in kinds
     assert answer.tokens[0].kind == "standard" and {t.source for t in answer.tokens} <= {"", "draft", "lookup"}
-    assert answer.stats["new_tokens"] <= n and answer.stats["mode"] == "speculative"  # the running figures saved
+    stats = answer.figures.stats
+    assert stats.new_tokens <= n and stats.mode == "speculative"  # the running figures saved
     h.close()
 
     # a window opened on the folder shows the part, coloured, marked as cut
@@ -94,7 +95,7 @@ def test_kill_9_mid_answer_leaves_the_part_shown_in_the_chat(qtbot, make_window,
     summary = win.side_panel.summary.text()
     assert summary.endswith("cut off: the app ended while it was written") and "generating" not in summary
     assert len(win.side_panel.chart.points) >= 2 and win.side_panel.chart.points == [
-        tuple(p) for p in answer.stats["series"]]
+        tuple(p) for p in answer.figures.series]
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="SIGKILL is a POSIX signal")
@@ -117,7 +118,7 @@ def test_an_answer_cut_off_by_kill_9_continues_in_the_same_message(qtbot, make_w
     assert done.args == ["max_new_tokens"] and list(requests[-1].answer_ids) == [t[0] for t in old]
     assert win.chats.messages == [question, answer] and not answer.cut and bubble.error is None
     assert [(t.token_id, t.kind, t.step) for t in answer.tokens][: len(old)] == old
-    assert len(answer.tokens) == len(old) + 8 and answer.stats["new_tokens"] == len(old) + 8
+    assert len(answer.tokens) == len(old) + 8 and answer.figures.stats.new_tokens == len(old) + 8
     assert "cut off" not in bubble.meta_label.text() and bubble.meta_label.text().endswith("token limit")
     h = History(data)
     (stored_q, stored_a) = h.messages(chat.id)

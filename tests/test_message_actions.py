@@ -109,7 +109,7 @@ def test_an_answer_in_the_middle_can_be_regenerated(qtbot, make_window, tmp_path
     assert [m["content"] for m in requests[-1].messages] == ["the cat"]  # written from its own question
     q, new = win.chats.messages
     assert q is q1 and new is not a1 and new.parent is q1 and win.chats.conversation.version(new) == (2, 2)
-    assert new.stats["settings"]["seed"] == a1.stats["settings"]["seed"] + 1  # a seed of its own
+    assert new.figures.settings["seed"] == a1.figures.settings["seed"] + 1  # a seed of its own
     # the first version keeps what followed it
     bubble_of(win, new).prev_button.click()
     assert win.chats.messages == [q1, a1, q2, a2]
@@ -129,7 +129,8 @@ def test_editing_an_answer_keeps_it_as_a_version_marked_edited(qtbot, make_windo
     dlg.editor.setPlainText("the cat is on the mat.")
     dlg.buttons.button(dlg.buttons.StandardButton.Save).click()
     q, edited = win.chats.messages
-    assert q is q1 and edited.content == "the cat is on the mat." and edited.stats == {"edited": True}
+    assert q is q1 and edited.content == "the cat is on the mat."
+    assert edited.figures.edited and edited.figures.to_dict() == {"edited": True}
     assert win.chats.conversation.version(edited) == (2, 2) and not edited.tokens
     we = bubble_of(win, edited)
     assert we.meta_label.text() == "edited" and we.text == "the cat is on the mat."

@@ -109,15 +109,15 @@ def test_the_app_colours_a_specdec_serve_answer_exactly(qtbot, make_window, serv
     msg = win.chats.messages[-1]
     want = local.generate(local.encode_prompt("the cat sat on the mat"), settings).run()
     assert [t.kind for t in msg.tokens] == want.kinds and msg.content == want.text  # the engine's colours
-    assert msg.stats["accepted_draft_tokens"] == want.stats.accepted_draft_tokens
-    assert msg.stats["server"]["figures"] == "the serving engine's own Stats"
+    assert msg.figures.stats.accepted_draft_tokens == want.stats.accepted_draft_tokens
+    assert msg.figures.server["figures"] == "the serving engine's own Stats"
     assert panel.m_alpha.value.text() != "—"
 
     panel.set_mode("standard")  # the toggle: the next message standard, on the same server
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         assert win.generation.send("is it done")
     std = win.chats.messages[-1]
-    assert {t.kind for t in std.tokens} == {"standard"} and std.stats["mode"] == "standard"
+    assert {t.kind for t in std.tokens} == {"standard"} and std.figures.stats.mode == "standard"
 
 
 def test_the_race_runs_against_a_specdec_serve(qtbot, make_window, served):

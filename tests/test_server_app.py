@@ -63,12 +63,13 @@ def test_the_worker_streams_a_servers_answer_with_its_figures(qtbot, server):
                               default_settings().replace(max_new_tokens=24))
         with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as done:
             worker.request_generate(req)
-        stats = done.args[1]
+        end = done.args[1]
+        stats = end.stats  # the server's typed ServerStats
         events = [e for b in batches for e in b]
-        assert len(events) == stats["new_tokens"] == 24
+        assert len(events) == stats.new_tokens == 24
         assert {e.kind.value for e in events} <= SPEC_KINDS and "accepted" in {e.kind.value for e in events}
-        assert stats["draft_tokens"] > 0 and stats["server"]["figures"].startswith("llama-server timings")
-        assert stats["text"] == "".join(e.text for e in events)
+        assert stats.draft_tokens > 0 and stats.server["figures"].startswith("llama-server timings")
+        assert end.text == "".join(e.text for e in events)
     finally:
         assert stop_worker(worker, thread)
 
@@ -93,7 +94,7 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     assert done.args[0] == "max_new_tokens"
     msg = win.chats.messages[-1]
     assert msg.role == "assistant" and len(msg.tokens) == 16 and {t.kind for t in msg.tokens} <= SPEC_KINDS
-    assert msg.stats["server"]["engine"] == "llama.cpp" and msg.stats["draft_tokens"] > 0
+    assert msg.figures.server["engine"] == "llama.cpp" and msg.figures.stats.draft_tokens > 0
     assert "tok/s by its own clock" in panel.summary.text() and "llama-server timings" in panel.summary.text()
     assert panel.m_alpha.value.text() != "—" and panel.m_k.caption.text() == "k (the server's)"
     # the server's captions fit the side panel at its default width: nothing is cut at its edge
@@ -104,7 +105,7 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     # the next turn: the conversation so far, through the server's own template
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
         assert win.generation.send("is it done")
-    assert win.chats.messages[-1].stats["reused_prompt_tokens"] > 0  # llama-server's prompt cache
+    assert win.chats.messages[-1].figures.stats.reused_prompt_tokens > 0  # llama-server's prompt cache
     stored = History(tmp_path / "data").messages(win.chats.chat_id)
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     # back to local models: everything the server had fixed is the user's again
@@ -127,15 +128,15 @@ def test_a_server_killed_mid_answer_keeps_the_part_marked_as_cut(qtbot, make_win
         endless_server.kill()
     assert done.args[0] == "error"
     msg = win.chats.messages[-1]
-    assert msg.role == "assistant" and msg.tokens and msg.stats["stop_reason"] == "error"
-    assert "broke off" in msg.stats["error"] or "without finishing" in msg.stats["error"]
+    assert msg.role == "assistant" and msg.tokens and msg.figures.stats.stop_reason == "error"
+    assert "broke off" in msg.figures.error or "without finishing" in msg.figures.error
     box = win.last_error_dialog
     assert isinstance(box, QMessageBox) and box.isVisible() and "cut" in box.text()
     stored = History(tmp_path / "data").messages(win.chats.chat_id)[-1]
-    assert stored.stats["stop_reason"] == "error" and stored.content == msg.content and stored.content
+    assert stored.figures.stats.stop_reason == "error" and stored.content == msg.content and stored.content
     from app.figures import meta_line
 
-    assert "cut off" in meta_line(stored.stats)
+    assert "cut off" in meta_line(stored.figures)
     box.close()
     # the app stays usable: connecting again to a live server works (here: a dead one says so)
     with qtbot.waitSignal(win.load_error, timeout=TIMEOUT) as err:
@@ -190,7 +191,7 @@ def test_a_server_that_tells_nothing_per_token(qtbot, tmp_path, server):
         with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
             assert win.generation.send("the cat")
         msg = win.chats.messages[-1]
-        assert {t.kind for t in msg.tokens} == {"server"} and msg.stats["server"]["figures"].startswith("none")
+        assert {t.kind for t in msg.tokens} == {"server"} and msg.figures.server["figures"].startswith("none")
         assert win.side_panel.m_alpha.value.text() == "—"
     finally:
         assert win.shutdown()
@@ -234,7 +235,9 @@ def test_the_models_dialog_connects_to_a_server(qtbot, tmp_path, server, monkeyp
 def test_the_side_panel_learns_a_server_target_through_its_own_methods(qtbot):
     """What a loaded server changes in the panel, from the ServerInfo value alone (no server
     needed), and back for models loaded here."""
+    from app.answer_figures import AnswerFigures
     from app.side_panel import SidePanel
+    from specdec_core.events import Stats
     from specdec_core.contract import ServerInfo
 
     panel = SidePanel(Theme(False))
@@ -247,9 +250,9 @@ def test_the_side_panel_learns_a_server_target_through_its_own_methods(qtbot):
     assert "cannot be raced" in panel.mode_button.toolTip() and panel.proposer.isHidden() and panel.k_spin.isHidden()
     assert "vLLM server at http://gpu:8000" in panel.target_label.text() and "Llama-70B" in panel.target_label.text()
     assert "does not say" in panel.draft_label.text()
-    panel.show_stats({"new_tokens": 3, "seconds": 1.0})
-    panel.show_server_figures({"draft_tokens": 4, "accepted_draft_tokens": 3,
-                               "server": {"engine": "vLLM", "figures": "vLLM's per-request metrics"}})
+    panel.show_stats(AnswerFigures(Stats(new_tokens=3, seconds=1.0)))
+    panel.show_server_figures(AnswerFigures(Stats(draft_tokens=4, accepted_draft_tokens=3),
+                                            server={"engine": "vLLM", "figures": "vLLM's per-request metrics"}))
     assert "vLLM server · drafted 4, accepted 3" in panel.summary.text() and panel.m_k.caption.text() == "k (the server's)"
     panel.show_target(None)
     assert panel.mode_button.isEnabled() and panel.mode_button.text() == "⚡ Speculative decoding"

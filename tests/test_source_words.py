@@ -3,11 +3,12 @@ step's source: the side panel's per-source lines and a token's hover text."""
 
 from app import figures
 from app.message_text import ViewToken, token_tooltip
+from specdec_core.events import Stats
 
 
 def test_the_side_panel_names_the_grammar_s_steps():
-    stats = {"mode": "speculative", "speculative_steps": 3, "steps_by_source": {"grammar": 2, "draft": 1},
-             "proposed_by_source": {"grammar": 9, "draft": 4}, "accepted_by_source": {"grammar": 9, "draft": 2}}
+    stats = Stats(mode="speculative", speculative_steps=3, steps_by_source={"grammar": 2, "draft": 1},
+                  proposed_by_source={"grammar": 9, "draft": 4}, accepted_by_source={"grammar": 9, "draft": 2})
     assert figures.sources(stats) == ["draft model: 1 step · 2 of 4 kept (50%)",
                                       "grammar: 2 steps · 9 of 9 kept (100%)"]
 
