@@ -59,7 +59,8 @@ def _row(c: dict) -> tuple[str, str]:
     """(text, tooltip) of one draft by its check's status."""
     status = c["status"]
     if status == "ok":
-        return (f"✓  {c['name']}\n     fits · {c['detail']}", "same token ids and end-of-generation ids as the target")
+        return (f"✓  {c['name']}\n     fits · {c['detail']}",
+                "same token ids and end-of-generation ids as the target")
     if status == "checking":
         return (f"…  {c['name']}\n     checking its vocabulary…", "reading its tokenizer")
     if status == "unknown":

@@ -7,6 +7,8 @@ by the lane's own clock (app/race_worker.py); it computes no figure itself. GUI 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QScrollArea, QVBoxLayout, QWidget
 
@@ -15,6 +17,9 @@ from specdec_core.events import Stats  # light: no torch
 from . import figures
 from .chat_view import MessageWidget
 from .theme import Theme
+
+if TYPE_CHECKING:  # the race's value, for the types only
+    from specdec_core.race import LaneResult
 
 EMPTY_LANE_HINT = {
     "standard": "Pick a preset above (or write a prompt) and press Start race: the target alone "
@@ -131,11 +136,12 @@ class LaneWidget(QFrame):
         self.bar.setValue(min(self.bar.maximum(), self.tokens))
         self._show_figures()
 
-    def finish(self, lane: dict | None, note: str = "") -> None:
-        if lane and lane.get("seconds"):
-            self.clock = float(lane["seconds"])
-        if lane and lane.get("stats"):  # RaceResult.to_dict()'s lane: the final Stats, as saved
-            self.stats = Stats.from_dict(lane["stats"])
+    def finish(self, lane: LaneResult | None, note: str = "") -> None:
+        """The lane's end: its final clock and Stats (None: the race failed or never started)."""
+        if lane is not None and lane.seconds:
+            self.clock = lane.seconds
+        if lane is not None and lane.stats is not None:
+            self.stats = lane.stats
         self.message.set_streaming(False)
         self._show_figures()
         self.message.set_meta(note)

@@ -16,6 +16,7 @@ import html
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdec_core import assets
 from PySide6.QtCore import Qt, Signal
@@ -41,6 +42,9 @@ from .race_lane import LaneWidget
 from .race_worker import RaceRequest, start_race_worker
 from .side_panel import offer_proposers, proposer_box
 from .theme import Theme
+
+if TYPE_CHECKING:  # the race's value, for the types only (the race itself runs in the worker's thread)
+    from specdec_core.race import RaceResult
 
 CLOCK_NOTE = ("Times are each lane's own compute time: the two lanes take turns, step by step, on one "
               "device, and each clock advances only while its own lane computes (warm-up excluded).")
@@ -320,23 +324,23 @@ class RaceView(QWidget):
         for name, revs in by_lane.items():
             self.lanes[name].add(revs, (stats or {}).get(name))
 
-    def _on_finished(self, request_id: int, result: dict) -> None:
+    def _on_finished(self, request_id: int, race: RaceResult | None) -> None:
         if not self._is_current(request_id):
             return
         req = self.active
         self.active = None
         self.waiting = False
-        result = dict(result)
+        cancelled = race is None or race.cancelled
+        for name, lane in self.lanes.items():  # each lane's final figures, by its own clock
+            lane.finish(getattr(race, name) if race is not None else None, "stopped" if cancelled else "")
+        if not cancelled:
+            winner = "speculative" if race.speedup > 1 else "standard"
+            self.lanes[winner].badge.setText("▲ faster")
+        # the race as the summary and the JSON export write it: RaceResult.to_dict(), prompt, models
+        result = race.to_dict() if race is not None else {"cancelled": True}
         result["prompt"] = req.prompt
         result["models"] = self.model_info
         self.result = result
-        cancelled = bool(result.get("cancelled"))
-        for name, lane in self.lanes.items():
-            lane.finish(result.get(name), "stopped" if cancelled else "")
-        if not cancelled:
-            sp = result.get("speedup", 0.0)
-            winner = "speculative" if sp > 1 else "standard"
-            self.lanes[winner].badge.setText("▲ faster")
         self.summary.setText(summary_html(result))
         self.status.setText("Race stopped" if cancelled else "Race finished — export it below")
         self._update_buttons()

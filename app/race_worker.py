@@ -51,7 +51,7 @@ class RaceRequest:
 class RaceWorker(QObject):
     started = Signal(int)  # request id: the race got the thread and its clocks start
     events = Signal(int, object, object)  # request id, [RaceEvent(lane, event, clock), ...], {lane: Stats}
-    finished = Signal(int, object)  # request id, RaceResult.to_dict()
+    finished = Signal(int, object)  # request id, the RaceResult (None: stopped before it started)
     failed = Signal(int, str)
 
     _race_requested = Signal(object)
@@ -74,7 +74,7 @@ class RaceWorker(QObject):
     @Slot(object)
     def _race(self, req: RaceRequest) -> None:
         if req.cancel.is_set():
-            self.finished.emit(req.request_id, {"cancelled": True})
+            self.finished.emit(req.request_id, None)
             return
         engine = self.engine_provider()
         if engine is None:
@@ -89,7 +89,7 @@ class RaceWorker(QObject):
             for batch in step_batches(race, event_of=lambda rev: rev.event):
                 stats = {lane: race.lane_stats(lane) for lane in {rev.lane for rev in batch}}
                 self.events.emit(req.request_id, batch, {k: v for k, v in stats.items() if v is not None})
-            self.finished.emit(req.request_id, race.result.to_dict())
+            self.finished.emit(req.request_id, race.result)
         except Exception as exc:
             traceback.print_exc()
             self.failed.emit(req.request_id, _one_line(exc))

@@ -342,7 +342,8 @@ def test_late_batches_from_an_old_request_are_dropped(qtbot, make_window):
     before = list(live.tokens)
     from specdec_core.events import TokenEvent, TokenKind
 
-    win.generation.on_tokens(old, [TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)], Stats(new_tokens=99))
+    stale_event = TokenEvent(stale.token_id, "STALE", TokenKind.BONUS, 0, 0, 0.0)
+    win.generation.on_tokens(old, [stale_event], Stats(new_tokens=99))
     running = win.generation.active.stats
     assert live.tokens == before and (running is None or running.new_tokens != 99)  # neither shown nor counted
     with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
