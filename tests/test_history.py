@@ -287,3 +287,38 @@ def test_a_read_only_database_raises_save_error(tmp_path):
     h.db.execute("PRAGMA query_only = OFF")
     h.add_message(chat, Message("user", "hi"))
     h.close()
+
+
+def test_an_answers_figures_are_saved_in_the_form_every_release_wrote(tmp_path):
+    """The typed figures (app/answer_figures.py) are saved as the window saved its dict before
+    them -- Stats.to_dict() with settings, series, continued, error and server beside -- and a row
+    of that form reads back as the same value, key for key; an edited answer is {"edited": true}."""
+    from app.answer_figures import AnswerFigures
+    from specdec_core.server.generation import ServerStats
+
+    stats = ServerStats(new_tokens=5, seconds=0.5, prefill_seconds=0.1, draft_tokens=4, accepted_draft_tokens=3,
+                        target_forward_passes=3, speculative_steps=2, speculative_step_tokens=4,
+                        per_position_proposed=[2, 2], per_position_accepted=[2, 1], stop_reason="error",
+                        mode="speculative", proposer="draft", steps_by_source={"draft": 2},
+                        server={"engine": "llama.cpp", "figures": "llama-server timings"})
+    row = {**stats.to_dict(), "settings": {"max_new_tokens": None, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
+                                           "draft_tokens": "adaptive", "seed": 3},
+           "series": [[0.25, 8.0], [0.5, 10.0]], "continued": 2, "error": "the server closed the stream"}
+    fig = AnswerFigures.from_dict(json.loads(json.dumps(row)))
+    assert (fig.stats.acceptance_rate, fig.stats.mean_accepted_per_step, fig.stats.plain_steps) == (0.75, 2.0, 1)
+    assert (fig.continued, fig.error, fig.server["engine"], fig.draft_setting) == (
+        2, "the server closed the stream", "llama.cpp", "adaptive")
+    assert fig.to_dict() == row
+    h = History(tmp_path)
+    cid = h.new_chat("t")
+    q = Message("user", "hi")
+    h.add_message(cid, q)
+    a = Message("assistant", "yo", [StoredToken(1, "yo", "accepted", 1, 0, "draft")], fig, parent=q)
+    e = Message("assistant", "mine", figures=AnswerFigures(edited=True), parent=q)
+    h.add_message(cid, a)
+    h.add_message(cid, e)
+    raw = [json.loads(s) if s else None for (s,) in h.db.execute("SELECT stats FROM messages ORDER BY id")]
+    assert raw == [None, row, {"edited": True}]
+    back = {m.content: m.figures for m in h.all_messages(cid)}
+    assert back == {"hi": None, "yo": fig, "mine": AnswerFigures(edited=True)}
+    h.close()
