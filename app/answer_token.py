@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)  # shared by the view and the store: nobody changes one in place
 class AnswerToken:
     token_id: int
     text: str
