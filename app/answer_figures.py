@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from specdec_core.events import Stats  # light: no torch
+from specdec_core.server.generation import ServerStats  # light: no torch
 
 # the figures that depend on counting speculative steps apart: absent from rows an early build
 # saved (its τ meant another thing), and then not shown
@@ -36,8 +37,8 @@ class AnswerFigures:
     @classmethod
     def of(cls, stats: Stats, settings: dict | None = None, series=(), error: str = "") -> AnswerFigures:
         """The figures of a generation: its Stats (a server's own figures taken from them)."""
-        server = getattr(stats, "server", None)  # ServerStats only
-        return cls(stats, settings, [tuple(p) for p in series], error=error, server=dict(server) if server else None)
+        server = dict(stats.server) if isinstance(stats, ServerStats) and stats.server else None
+        return cls(stats, settings, [tuple(p) for p in series], error=error, server=server)
 
     @property
     def speculative(self) -> bool:
