@@ -214,13 +214,14 @@ class ChatControl(QObject):
         on one that later turns follow it says the continuation is a new version."""
         if ready is not None:
             self.ready = ready
-        conv = self.conversation
+        present = {id(m) for m in self.conversation.messages}  # one pass, not one per bubble
+        followed = {id(m.parent) for m in self.conversation.messages if m.parent is not None}
         for w in self.page.chat_view.messages:
             m = w.message
-            shown = self.ready and not self.busy and can_continue(m) and m in conv.messages
+            shown = self.ready and not self.busy and can_continue(m) and id(m) in present
             w.continue_button.setVisible(shown)
             if shown:
-                text, tip = continue_words(m, bool(conv.children(m)))
+                text, tip = continue_words(m, id(m) in followed)
                 w.continue_button.setText(text)
                 w.continue_button.setToolTip(tip)
 
