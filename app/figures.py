@@ -74,9 +74,11 @@ def meta_line(stats: dict) -> str:
     and the plain-step share of a speculative answer, "stopped" when it was."""
     if not stats:
         return ""
-    if stats.get("edited"):  # an answer the user rewrote: the text is theirs, no figures describe it
+    edited = bool(stats.get("edited"))
+    if edited and "stop_reason" not in stats:  # an answer the user rewrote: the text is theirs, no figures
         return "edited"
-    bits = [stats.get("mode", "")]
+    # an edited answer the model wrote on: the figures are its part's
+    bits = (["edited, then continued"] if edited else []) + [stats.get("mode", "")]
     if speculative(stats) and stats.get("proposer"):
         bits.append(stats["proposer"])
     if stats.get("decode_tokens_per_second"):
