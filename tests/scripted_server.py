@@ -89,7 +89,7 @@ class ScriptedServer:
             except OSError:
                 break
         else:
-            return
+            return  # the test ended first
         self.hung_up_at = time.monotonic()
 
 

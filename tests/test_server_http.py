@@ -9,7 +9,9 @@ import json
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
+import sys
 import threading
 import time
 
@@ -108,11 +110,16 @@ def test_an_error_in_the_middle_of_a_stream(serve):
     assert str(err.value) == f"{ep.url}/completion reported an error mid-answer: the slot was released"
 
 
-def test_a_connection_cut_mid_answer_is_a_broken_stream(serve):
+@pytest.mark.parametrize("how", ["closed", "reset"])
+def test_a_connection_cut_mid_answer_is_a_broken_stream(serve, how):
     def script(srv, conn, req):
         start_stream(conn)
         event(conn, {"n": 1})
-        conn.shutdown(socket.SHUT_RDWR)  # gone, without the chunked body's last chunk
+        if how == "reset":  # a crashed process's socket: RST, not FIN
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+        else:
+            conn.shutdown(socket.SHUT_RDWR)  # gone, without the chunked body's last chunk
 
     ep = Endpoint(serve(script).url)
     seen = []
@@ -288,3 +295,11 @@ def test_tls_a_trusted_server_streams_and_a_stop_lands_while_it_is_silent(serve,
     while srv.hung_up_at is None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert srv.hung_up_at is not None and srv.hung_up_at - stopped < 0.5
+
+
+def test_importing_the_client_leaves_httpx_for_the_first_request():
+    """The app's window and the CLI import the server package for its names at start-up."""
+    code = ("import sys, specdec_core.engines, specdec_core.server.http as h; print('httpx' in sys.modules); "
+            "h.Endpoint('http://127.0.0.1:9'); print('httpx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
