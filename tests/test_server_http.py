@@ -146,15 +146,15 @@ def test_a_stream_the_server_ends_cleanly_just_ends(serve):
 def test_a_slow_answer_longer_than_the_timeout_is_fine(serve):
     def script(srv, conn, req):
         start_stream(conn)
-        for i in range(8):  # 8 x 0.25 s: twice the timeout in all, a quarter of it between reads
-            time.sleep(0.25)
+        for i in range(10):  # 10 x 0.2 s: more than the timeout in all, an eighth of it between reads
+            time.sleep(0.2)
             event(conn, {"n": i})
         chunk(conn, b"data: [DONE]\n\n")
         end_stream(conn)
 
     t0 = time.monotonic()
-    got = list(Endpoint(serve(script).url, timeout=1.0).stream("/completion", {}))
-    assert [o["n"] for o in got] == list(range(8)) and time.monotonic() - t0 > 1.0
+    got = list(Endpoint(serve(script).url, timeout=1.5).stream("/completion", {}))
+    assert [o["n"] for o in got] == list(range(10)) and time.monotonic() - t0 > 1.5
 
 
 def test_a_server_that_falls_silent_mid_answer_is_given_up(serve):
@@ -206,11 +206,11 @@ def test_a_stop_lands_at_once_while_the_server_is_silent(serve, when):
     got = collect(ep.stream("/completion", {}, cancel), cancel, 0.3)
     stopped = time.monotonic()
     assert got == ([{"n": 1}] if when == "mid-answer" else []) and cancel.is_set()
-    assert stopped - t0 < 1.5  # 0.3 s until the stop, then at once -- not the 60 s timeout
+    assert stopped - t0 < 5  # 0.3 s until the stop, then at once (a busy machine's margin) -- not the 60 s timeout
     deadline = time.monotonic() + 2
     while srv.hung_up_at is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert srv.hung_up_at is not None and srv.hung_up_at - stopped < 0.5
+    assert srv.hung_up_at is not None and srv.hung_up_at - stopped < 2
     time.sleep(0.2)
     assert watchers() == before  # the watcher thread ended with the stream
 
@@ -290,11 +290,11 @@ def test_tls_a_trusted_server_streams_and_a_stop_lands_while_it_is_silent(serve,
     t0 = time.monotonic()
     assert collect(Endpoint(srv.url, timeout=60).stream("/completion", {}, cancel), cancel, 0.3) == [{"n": 1}]
     stopped = time.monotonic()
-    assert stopped - t0 < 3 and srv.requests[0].line == "POST /completion HTTP/1.1"
+    assert stopped - t0 < 5 and srv.requests[0].line == "POST /completion HTTP/1.1"
     deadline = time.monotonic() + 2
     while srv.hung_up_at is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert srv.hung_up_at is not None and srv.hung_up_at - stopped < 0.5
+    assert srv.hung_up_at is not None and srv.hung_up_at - stopped < 2
 
 
 def test_importing_the_client_leaves_httpx_for_the_first_request():
