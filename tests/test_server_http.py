@@ -248,7 +248,8 @@ def test_a_proxy_prefix_and_the_key_reach_the_server(serve):
     assert get.line == "GET /proxy/llm/v1/models HTTP/1.1" and get.body == b""
     assert post.line == "POST /proxy/llm/tokenize HTTP/1.1" and json.loads(post.body) == {"content": "hi"}
     assert get.header("authorization") == post.header("authorization") == "Bearer sk-1"
-    assert Endpoint(srv.url).get_text("/v1/models") == '{"data": []}' and srv.requests[-1].header("authorization") is None
+    assert Endpoint(srv.url).get_text("/v1/models") == '{"data": []}'
+    assert srv.requests[-1].header("authorization") is None
 
 
 # -- over TLS --------------------------------------------------------------------------------
@@ -258,9 +259,9 @@ def certificate(tmp_path_factory):
     if shutil.which("openssl") is None:
         pytest.skip("no openssl command to make a certificate")
     d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-                   check=True, capture_output=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(d / "cert.pem", d / "key.pem")
     return server, d / "cert.pem"
