@@ -67,7 +67,8 @@ def lark_rules(functions: list[dict], tag: str = "j") -> tuple[list[str], list[s
                   f"{rule.upper()}F: /{opening(f['name'], True)}/", f"{rule.upper()}B: /{opening(f['name'], False)}/",
                   f"{rule}a: %json {json.dumps(schema)}"]
     if functions:
-        rules += [f'CALL_ARGS: /{GAP},{GAP}"arguments"{GAP}:{GAP}/', f"CALL_CLOSE: /{GAP}\\}}/", f"CALL_FENCE: /{GAP}{FENCE}/"]
+        rules += [f'CALL_ARGS: /{GAP},{GAP}"arguments"{GAP}:{GAP}/', f"CALL_CLOSE: /{GAP}\\}}/",
+                  f"CALL_FENCE: /{GAP}{FENCE}/"]
     return names, rules
 
 
