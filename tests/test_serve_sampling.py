@@ -101,10 +101,21 @@ def test_what_a_specdec_serve_request_cannot_carry_is_refused_before_sending(ser
 
     remote = connect(server.url)
     prompt = remote.encode_chat(USER)
-    for settings, words in [(DecodeSettings(8, grammar=GrammarSpec.lark('start: "a"')), "lark grammar"),
-                            (DecodeSettings(8, logprobs=2), "logprobs")]:
-        with pytest.raises(ServerError, match=words):
-            remote.generate(prompt, settings)
+    with pytest.raises(ServerError, match="lark grammar"):
+        remote.generate(prompt, DecodeSettings(8, grammar=GrammarSpec.lark('start: "a"')))
+
+
+def test_a_specdec_serve_target_hands_back_the_targets_logprobs(server, engine):
+    from specdec_core.server import connect
+
+    remote = connect(server.url)
+    settings = DecodeSettings(10, logprobs=2, draft_tokens=2)
+    got = remote.generate(remote.encode_chat(USER), settings).run()
+    local = engine.generate(engine.encode_chat(USER), settings.replace(mode="standard")).run()
+    assert got.token_ids == local.token_ids
+    for a, b in zip(got.events, local.events):
+        assert a.logprobs.chosen.logprob == pytest.approx(b.logprobs.chosen.logprob, abs=1e-4)
+        assert [t.token_id for t in a.logprobs.top] == [t.token_id for t in b.logprobs.top]
 
 
 # -- logprobs -------------------------------------------------------------------------------------

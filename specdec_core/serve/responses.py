@@ -23,7 +23,7 @@ import time
 import uuid
 
 from ..events import Stats, TokenEvent, TokenLogprob
-from .protocol import EXTENSION, stats_to_wire, token_to_wire
+from .protocol import EXTENSION, finite, stats_to_wire, token_to_wire
 
 
 class Shape:
@@ -72,8 +72,8 @@ class Shape:
         for e in tokens:
             offsets.append(self._offset)
             self._offset += len(e.text)
-        return {"tokens": [lp.chosen.text for lp in lps], "token_logprobs": [_finite(lp.chosen.logprob) for lp in lps],
-                "top_logprobs": [{t.text: _finite(t.logprob) for t in (lp.chosen, *lp.top)} for lp in lps],
+        return {"tokens": [lp.chosen.text for lp in lps], "token_logprobs": [finite(lp.chosen.logprob) for lp in lps],
+                "top_logprobs": [{t.text: finite(t.logprob) for t in (lp.chosen, *lp.top)} for lp in lps],
                 "text_offset": offsets}
 
     # -- streamed ---------------------------------------------------------------------------
@@ -116,17 +116,8 @@ class Shape:
         return obj
 
 
-# A token the grammar forbids has logprob -inf, which JSON cannot carry: -9999.0 stands for it
-# there, as OpenAI and vLLM write it.
-IMPOSSIBLE = -9999.0
-
-
-def _finite(logprob: float) -> float:
-    return max(logprob, IMPOSSIBLE)
-
-
 def _entry(t: TokenLogprob) -> dict:
-    return {"token": t.text, "logprob": _finite(t.logprob), "bytes": list(t.utf8)}
+    return {"token": t.text, "logprob": finite(t.logprob), "bytes": list(t.utf8)}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats: Stats | None) -> dict:

@@ -24,7 +24,8 @@ from .generation import Request, ServerGeneration, ServerStats
 def specdec_body(model: str, prompt_ids: list[int], req: Request) -> dict:
     """Everything the local engine would be given: the settings travel whole -- the sampling
     (the penalties, min_p and logit_bias under their OpenAI / vLLM names, which the server takes
-    as the same SamplingParams) and a JSON schema's grammar as a response_format. A grammar the
+    as the same SamplingParams), the logprobs asked for, and a JSON schema's grammar as a
+    response_format. A grammar the
     OpenAI fields cannot carry (Lark, a regex) is refused here (ServerError), never dropped."""
     s, p = req.settings, req.settings.sampling
     body = {
@@ -51,9 +52,8 @@ def specdec_body(model: str, prompt_ids: list[int], req: Request) -> dict:
                               "carry JSON schemas only, as response_format)")
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer",
                                                                             "schema": json.loads(s.grammar.text)}}
-    if s.logprobs is not None:
-        raise ServerError("logprobs are not read back from a specdec serve target's stream: decode them on the "
-                          "server's own API (logprobs, top_logprobs)")
+    if s.logprobs is not None:  # they come back with each token (protocol.token_to_wire)
+        body["logprobs"] = int(s.logprobs)
     return body
 
 
