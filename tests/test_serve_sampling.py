@@ -105,6 +105,17 @@ def test_what_a_specdec_serve_request_cannot_carry_is_refused_before_sending(ser
         remote.generate(prompt, DecodeSettings(8, grammar=GrammarSpec.lark('start: "a"')))
 
 
+def test_a_server_target_says_what_it_cannot_know_here(server):
+    from specdec_core.contract import EngineError
+    from specdec_core.server import connect
+
+    remote = connect(server.url)
+    assert remote.token_id("<|fim_prefix|>") is None and remote.end_token_ids == frozenset()
+    assert remote.encode_tool_chat(USER, None) == remote.encode_chat(USER)
+    with pytest.raises(EngineError, match="shows tools to its model itself"):
+        remote.encode_tool_chat(USER, [{"type": "function", "function": {"name": "f"}}])
+
+
 def test_a_specdec_serve_target_hands_back_the_targets_logprobs(server, engine):
     from specdec_core.server import connect
 
