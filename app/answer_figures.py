@@ -31,7 +31,9 @@ class AnswerFigures:
     continued: int = 0  # how often Continue wrote on in it
     error: str = ""  # why its stream broke off (stop reason "error")
     server: dict | None = None  # a server target's own figures (ServerStats.server)
-    edited: bool = False  # the user rewrote it: no figures describe the text
+    # the user rewrote it: until the model writes on in it (`continued`), no figures describe the
+    # text; after that the figures are the model's part's
+    edited: bool = False
     steps_counted: bool = True  # False: saved before speculative steps were counted apart
 
     @classmethod
@@ -39,6 +41,11 @@ class AnswerFigures:
         """The figures of a generation: its Stats (a server's own figures taken from them)."""
         server = dict(stats.server) if isinstance(stats, ServerStats) and stats.server else None
         return cls(stats, settings, [tuple(p) for p in series], error=error, server=server)
+
+    @property
+    def edited_only(self) -> bool:
+        """The user's text alone: an edited answer the model has not written on."""
+        return self.edited and not self.continued and not self.stats.stop_reason
 
     @property
     def speculative(self) -> bool:
@@ -55,7 +62,7 @@ class AnswerFigures:
 
     def to_dict(self) -> dict:
         """The saved form (see the module's note)."""
-        if self.edited:
+        if self.edited_only:
             return {"edited": True}
         out = self.stats.to_dict()
         out.pop("server", None)  # kept beside, as every release saved it
@@ -71,6 +78,8 @@ class AnswerFigures:
             out["error"] = self.error
         if self.server is not None:
             out["server"] = dict(self.server)
+        if self.edited:
+            out["edited"] = True
         return out
 
     @classmethod
@@ -80,10 +89,10 @@ class AnswerFigures:
         left out."""
         if not d:
             return None
-        if d.get("edited"):
+        if d.get("edited") and "stop_reason" not in d:  # the user's text, not written on
             return cls(edited=True)
         settings = d.get("settings")
         return cls(Stats.from_dict(d), dict(settings) if isinstance(settings, dict) else None,
                    [(float(t), float(v)) for t, v in d.get("series") or []], int(d.get("continued") or 0),
                    str(d.get("error") or ""), d.get("server") if isinstance(d.get("server"), dict) else None,
-                   steps_counted=any(key in d for key in STEP_KEYS))
+                   edited=bool(d.get("edited")), steps_counted=any(key in d for key in STEP_KEYS))

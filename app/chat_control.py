@@ -23,7 +23,7 @@ from .attachments import AttachmentError, from_paste, limits_text, prompt_conten
 from .chat_list import ChatList
 from .chat_page import ChatPage
 from .chat_view import MessageWidget
-from .continuation import can_continue
+from .continuation import branch_copy, can_continue, continue_words, lead
 from .conversation import Conversation
 from .figures import meta_line
 from .history import Attachment, Message, chat_to_markdown
@@ -193,7 +193,7 @@ class ChatControl(QObject):
         w = self.page.chat_view.add_message(m.role)
         w.message = m
         if m.role == "assistant" and m.tokens:
-            w.set_tokens(m.tokens)
+            w.set_tokens(m.tokens, lead(m))
         else:
             w.set_text(m.content)
         w.set_attachments(m.attachments)
@@ -215,12 +215,36 @@ class ChatControl(QObject):
         w.set_error(CUT_NOTE if m.cut else error and f"cut off: {error}")
 
     def show_actions(self, ready: bool | None = None) -> None:
-        """Continue beside the last answer when it was cut short (and the models can write on)."""
+        """Continue beside each answer cut short, or edited (and while the models can write on);
+        on one that later turns follow it says the continuation is a new version."""
         if ready is not None:
             self.ready = ready
-        leaf = self.conversation.leaf
+        present = {id(m) for m in self.conversation.messages}  # one pass, not one per bubble
+        followed = {id(m.parent) for m in self.conversation.messages if m.parent is not None}
         for w in self.page.chat_view.messages:
-            w.continue_button.setVisible(self.ready and not self.busy and w.message is leaf and can_continue(leaf))
+            m = w.message
+            shown = self.ready and not self.busy and can_continue(m) and id(m) in present
+            w.continue_button.setVisible(shown)
+            if shown:
+                text, tip = continue_words(m, id(m) in followed)
+                w.continue_button.setText(text)
+                w.continue_button.setToolTip(tip)
+
+    def new_version_to_continue(self, answer: Message) -> Message:
+        """A new version of `answer` (its text, tokens and figures) at the end of the branch shown,
+        for a continuation: the turns after `answer` were written from it and stay with it."""
+        self.cancel_edit()
+        copy = self.conversation.add(branch_copy(answer), answer.parent)
+        self.render_path()
+        return copy
+
+    def drop_version(self, message: Message, leaf: Message | None) -> None:
+        """Take back a version nothing was written into (never saved) and show `leaf`'s branch again."""
+        self.conversation.remove(message)
+        if leaf is not None and leaf in self.conversation.messages:
+            self.conversation.leaf = leaf
+        self.render_path()
+        self.show_last_stats()
 
     def render_path(self) -> None:
         """The chat view shows the branch: bubbles kept where they already show it, the rest anew."""
@@ -245,7 +269,7 @@ class ChatControl(QObject):
     def show_last_stats(self) -> None:
         last = next((m for m in reversed(self.messages) if m.role == "assistant" and m.figures is not None), None)
         self.side_panel.reset_metrics("")
-        if last is not None and last.figures.edited:  # the user's text: no figures describe it
+        if last is not None and last.figures.edited_only:  # the user's text: no figures describe it
             self.side_panel.chart.set_points([], "an edited answer")
             self.side_panel.summary.setText("an edited answer: its figures are the original version's (‹ ›)")
         elif last is not None:

@@ -170,9 +170,10 @@ class MessageWidget(QFrame):
         self.text = text
         self.render()
 
-    def set_tokens(self, tokens: list[ViewToken]) -> None:
+    def set_tokens(self, tokens: list[ViewToken], lead: str = "") -> None:
+        """The answer's tokens, after `lead`: text no token wrote (an edited answer written on)."""
         self.tokens = list(tokens)
-        self.text = "".join(t.text for t in self.tokens)
+        self.text = lead + "".join(t.text for t in self.tokens)
         self.render()
 
     def append_events(self, events) -> None:

@@ -78,10 +78,11 @@ def meta_line(fig: AnswerFigures | None) -> str:
     and the plain-step share of a speculative answer, "stopped" when it was."""
     if fig is None:
         return ""
-    if fig.edited:  # an answer the user rewrote: the text is theirs, no figures describe it
+    if fig.edited_only:  # an answer the user rewrote: the text is theirs, no figures describe it
         return "edited"
     stats = fig.stats
-    bits = [stats.mode]
+    # an edited answer the model wrote on: the figures are its part's
+    bits = (["edited, then continued"] if fig.edited else []) + [stats.mode]
     if speculative(stats) and stats.proposer:
         bits.append(stats.proposer)
     if stats.decode_tokens_per_second:

@@ -27,7 +27,7 @@ from .answer_figures import AnswerFigures
 from .answer_token import AnswerToken
 from .chat_view import MessageWidget
 from .context_watch import ContextWatch
-from .continuation import Base, can_continue
+from .continuation import Base, answer_ids, can_continue
 from .figures import meta_line
 from .history import Message
 from .model_loading import ModelLoading
@@ -51,6 +51,10 @@ class Active:
     stats: Stats | None = None  # the engine's running Stats for `events`
     series: list = field(default_factory=list)  # (seconds, decode tok/s) of the message, the base's included
     unsaved: int = 0  # tokens shown but not yet written
+    # a continuation written into a new version of an answer later turns follow: that answer, and
+    # the branch shown before (both shown again when nothing was written); None: the message itself
+    origin: Message | None = None
+    leaf_before: Message | None = None
     saved_at: float = field(default_factory=time.monotonic)
 
 
@@ -120,37 +124,47 @@ class GenerationControl(QObject):
         self._start(seed_offset=self._regenerations)
 
     def continue_answer(self, answer: Message | None = None) -> bool:
-        """Write on in `answer` (by default the last one), which was cut short: the model reads the
-        chat with the answer so far as its open turn, and the new tokens join the same message.
-        Only the last message of the branch shown can be continued. False when nothing started."""
+        """Write on in `answer` (by default the last one of the branch shown), which was cut short
+        or edited: the model reads the chat up to it with the answer so far as its open turn. The
+        last answer of its branch grows in the same message; one that later turns follow gets a
+        new version to grow in, and those turns stay with it as it was. False when nothing started."""
         chats = self.chats
         if answer is None:
             answer = chats.messages[-1] if chats.messages else None
         if self.active is not None or not self.models.ready:
             return False
-        if not can_continue(answer) or chats.conversation.leaf is not answer:
-            self.status_label.setText("Only an answer cut short, last in the chat, can be continued")
+        if not can_continue(answer) or answer not in chats.messages or chats.widget(answer) is None:
+            self.status_label.setText("Only an answer cut short, or edited, in the chat shown can be continued")
             return False
-        w = chats.widget(answer)
-        if w is None:
-            return False
-        self._start(continuing=answer)
+        origin = leaf = None
+        if chats.conversation.children(answer):  # the turns after it read it as it is: not rewritten under them
+            origin, leaf = answer, chats.conversation.leaf
+            answer = chats.new_version_to_continue(answer)
+        self._start(continuing=answer, origin=origin, leaf_before=leaf)
         return True
 
-    def _start(self, seed_offset: int = 0, continuing: Message | None = None) -> None:
+    def _continuation(self, continuing: Message, settings) -> tuple[GenerateRequest, MessageWidget, Base]:
+        """The request that writes on in `continuing` (the answer so far is the prompt's open
+        assistant turn), its bubble, and what the message held before."""
+        chats = self.chats
+        req = GenerateRequest(self._next_request, chats.prompt_messages(), settings, dropped=chats.dropped_messages,
+                              continuing=True, answer_ids=answer_ids(continuing))
+        base = Base.of(continuing)
+        continuing.state = "streaming"
+        w = chats.widget(continuing)
+        w.set_error(None)  # the cut-off mark goes while it writes on
+        return req, w, base
+
+    def _start(self, seed_offset: int = 0, continuing: Message | None = None, origin: Message | None = None,
+               leaf_before: Message | None = None) -> None:
         settings = self.side_panel.settings()
         settings = settings.replace(seed=settings.seed + seed_offset)
         self._next_request += 1
         chats = self.chats
-        if continuing is not None:  # the answer so far is the prompt's open assistant turn
-            base = Base.of(continuing)
-            req = GenerateRequest(self._next_request, chats.prompt_messages(), settings,
-                                  dropped=chats.dropped_messages, continuing=True,
-                                  answer_ids=tuple(t.token_id for t in continuing.tokens))
-            msg, w = continuing, chats.widget(continuing)
-            msg.state = "streaming"
-            w.set_error(None)  # the cut-off mark goes while it writes on
-            verb = "continuing…"
+        if continuing is not None:
+            req, w, base = self._continuation(continuing, settings)
+            msg = continuing
+            verb = "continuing…" if origin is None else "continuing in a new version…"
         else:
             base = Base()
             req = GenerateRequest(self._next_request, chats.prompt_messages(), settings,
@@ -164,7 +178,8 @@ class GenerationControl(QObject):
         w.set_streaming(True)
         w.set_meta(f"{settings.mode}" + (f" · {settings.proposer}" if settings.speculative else "") + f" · {verb}")
         chats.show_versions()
-        self.active = Active(req, w, msg, base, series=[tuple(p) for p in base.series])
+        self.active = Active(req, w, msg, base, series=[tuple(p) for p in base.series], origin=origin,
+                             leaf_before=leaf_before)
         self.side_panel.reset_metrics(settings.mode)
         self.status_label.setText("Generating…")
         self.update_buttons()
@@ -228,7 +243,7 @@ class GenerationControl(QObject):
         if not self._is_current(request_id):
             return
         a = self.active
-        continuing = a.message if a.base.continuing else None
+        continuing = (a.origin or a.message) if a.base.continuing else None  # what the user asked to continue
         if continuing is not None:
             self._end_continuation(a)
         else:
@@ -299,13 +314,17 @@ class GenerationControl(QObject):
             self.chats.cancel_edit()
 
     def _end_continuation(self, a: Active) -> None:
-        """A continuation that added nothing: the answer is as it was, and shows so."""
+        """A continuation that added nothing: the answer is as it was, and shows so (a new version
+        made for it goes, and the branch shown before is shown again)."""
         self.active = None
         self._save_timer.stop()
         msg, w = a.message, a.widget
         msg.state = a.base.state
         w.set_streaming(False)
-        self.chats.restore_bubble(msg, w)
+        if a.origin is not None:
+            self.chats.drop_version(msg, a.leaf_before)
+        else:
+            self.chats.restore_bubble(msg, w)
         self.update_buttons()
 
     def _end_without_answer(self, a: Active) -> None:
@@ -317,6 +336,11 @@ class GenerationControl(QObject):
 
     def _complete(self, stats: Stats, error: str = "") -> None:
         a = self.active
+        if a.origin is not None and not a.events:  # a new version nothing was written into: not kept
+            self._end_continuation(a)
+            self.status_label.setText("Nothing was added: the answer is as it was")
+            self.done.emit(stats.stop_reason)
+            return
         self.active = None
         self._save_timer.stop()
         if a.request.settings.max_new_tokens is None and stats.stop_reason == "max_new_tokens":
@@ -335,6 +359,9 @@ class GenerationControl(QObject):
         self.side_panel.show_server_figures(fig)
         reason = fig.stats.stop_reason
         self.status_label.setText("Stopped" if reason == "cancelled" else "Ready")
+        if a.origin is not None:
+            self.status_label.setText("Continued in a new version of the answer: the turns after it stay with the "
+                                      "version they read (‹ ›)")
         if reason == "error":  # a stream that broke off: the part is kept, the dialog says why
             w.set_error(f"cut off: {fig.error}")
             self.status_label.setText("The answer was cut off")

@@ -2,7 +2,9 @@
 bubble), Continue beside an answer cut short, Edit on an answer (a dialog), and Delete (asked
 first: it takes what follows the message with it).
 
-- Continue: GenerationControl.continue_answer, the same message written on (app/continuation.py).
+- Continue: GenerationControl.continue_answer on any answer cut short or edited: the last of its
+  branch is written on in the same message, one that later turns follow in a new version of it
+  (app/continuation.py).
 - Regenerate: any answer, not only the last: a new version beside it (‹ ›), written from its question.
 - Edit an answer: the edited text is a new version of the answer, marked "edited"; the original
   stays the other version with its colours and figures (as an edited question does).
@@ -21,7 +23,7 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QMenu, QMessage
 
 from .chat_control import ChatControl
 from .chat_view import MessageWidget
-from .continuation import can_continue
+from .continuation import can_continue, continue_words
 from .generation_control import GenerationControl
 from .history import Message
 
@@ -67,10 +69,15 @@ class MessageActions(QObject):
 
         add("Copy message", w.copy, True)
         if w.role == "assistant":
-            cont = add("Continue", lambda: self.generation.continue_answer(m),
-                       ready and can_continue(m) and self.chats.conversation.leaf is m)
+            followed = m is not None and bool(self.chats.conversation.children(m))
+            cont = add("Continue as a new version" if followed else "Continue",
+                       lambda: self.generation.continue_answer(m),
+                       ready and can_continue(m) and m in self.chats.messages)
             if m is not None and not can_continue(m):
-                cont.setToolTip("only an answer cut short (token limit, context full, stopped, cut off) continues")
+                cont.setToolTip("only an answer cut short (token limit, context full, stopped, cut off) or edited "
+                                "continues")
+            elif followed:
+                cont.setToolTip(continue_words(m, True)[1])
             add("Regenerate", lambda: self.generation.regenerate(m), ready)
             add("Edit answer…", lambda: self.edit_answer(m), idle)
         else:

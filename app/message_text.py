@@ -229,7 +229,7 @@ def token_tooltip(tok: ViewToken) -> str:
 
 # -- an answer rendered ----------------------------------------------------------------------
 def render_answer(view: TokenText, text: str, tokens: list[ViewToken], theme: Theme, colours: bool) -> None:
-    """`text` (the tokens' texts joined) into the view's document: prose as markdown, code
+    """`text` (the tokens' texts joined, after any text no token wrote) into the view's document: prose as markdown, code
     blocks highlighted under a header with their language; each character mapped to its token
     (`view.position_tokens`) and, with `colours`, given its kind's background."""
     doc = view.document()
@@ -241,7 +241,8 @@ def render_answer(view: TokenText, text: str, tokens: list[ViewToken], theme: Th
     view.position_tokens = []
     if not tokens:
         return
-    owners: list[int] = []
+    # text before the tokens' (an edited answer's, the user's) belongs to no token: uncoloured
+    owners: list[int] = [-1] * (len(text) - sum(len(t.text) for t in tokens))
     for idx, t in enumerate(tokens):
         owners.extend([idx] * len(t.text))
     chars = [doc.characterAt(p) for p in range(doc.characterCount())]

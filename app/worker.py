@@ -90,9 +90,29 @@ class GenerateRequest:
             return {}
         return {"continue_final": True, "answer_ids": list(self.answer_ids) or None}
 
-    def generate_options(self) -> dict:
-        """What engine.generate needs beyond the prompt and the settings."""
-        return {"answer_prefix": len(self.answer_ids)} if self.continuing and self.answer_ids else {}
+    def generate_options(self, engine: EngineLike, fit) -> dict:
+        """What engine.generate needs beyond the prompt and the settings: for a continuation, how
+        many of the prompt's last tokens are the answer so far (so its text reads on from theirs)."""
+        n = answer_prefix(engine, self, fit)
+        return {"answer_prefix": n} if n else {}
+
+
+def answer_prefix(engine: EngineLike, req: GenerateRequest, fit) -> int:
+    """The prompt's last tokens that are the answer being continued: its own ids, or, for an
+    answer given as text (an edited one), what the chat template's rendering of it takes beyond the
+    assistant's turn opener. 0 where that cannot be told: a server's prompt (it detokenizes
+    itself), a template that opens the turn otherwise when it has content."""
+    if not req.continuing:
+        return 0
+    if req.answer_ids:
+        return len(req.answer_ids)
+    prompt = fit.prompt
+    if not isinstance(prompt, list):
+        return 0
+    from specdec_core.context import drop_oldest  # light: no torch
+
+    opener = list(engine.encode_chat(drop_oldest(req.messages, fit.dropped)[:-1]))
+    return len(prompt) - len(opener) if len(prompt) > len(opener) and prompt[: len(opener)] == opener else 0
 
 
 class RequestTracker:
@@ -240,7 +260,7 @@ class Worker(QObject):
             self.started.emit(req.request_id)
             # a chat's next turn starts with the conversation so far: keep its cached prefix
             gen = self.engine.generate(fit.prompt, req.settings, cancel=req.cancel, reuse_cache=True,
-                                       **req.generate_options())
+                                       **req.generate_options(self.engine, fit))
             for batch in step_batches(gen, cancel=req.cancel):
                 # batches end at a step's end, where the running stats count exactly these tokens
                 self.tokens.emit(req.request_id, batch, gen.snapshot())

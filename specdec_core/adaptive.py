@@ -418,6 +418,19 @@ def _ema(old: float, new: float, w: float) -> float:
     return (1 - w) * old + w * new
 
 
+def conversation_prior(reused: int, last_prompt: int, last_answer: int) -> int:
+    """The answer prior (rule 5) for a generation that reused `reused` cached tokens, after one
+    whose prompt was `last_prompt` tokens and whose answer `last_answer`: that answer's length
+    when this is the same conversation -- a next turn or a regenerated answer, whose prompt
+    starts with the whole last prompt (the cache keeps all but its last token) -- else 0. A new
+    chat shares only the system prompt with the last one: its first answer is not the other
+    chat's (before, a two-line answer in one chat made the next chat's first answer expect
+    two lines, and its draft wait)."""
+    if last_prompt <= 0 or reused < last_prompt - 1:
+        return 0
+    return last_answer
+
+
 def make_policy(draft_tokens: int | str, sources: tuple[str, ...] = (DRAFT,), answer_prior: int = 0):
     """`draft_tokens`: an int k >= 1, or "adaptive"; `sources`: what the proposer drafts from;
     `answer_prior`: how long the previous answer of the same conversation was (0: none)."""

@@ -136,6 +136,26 @@ class EngineLike(Protocol):
         they are (a server tokenizes the text)."""
         ...
 
+    def encode_tool_chat(self, messages: Messages, tools: list[dict] | None, *,
+                         continue_final: bool = False) -> Prompt:
+        """encode_chat with `tools`, the functions the template shows the model (OpenAI's tools,
+        as templates take them: `specdec serve`'s tool calls), and messages that may hold an
+        assistant's tool_calls and tools' results. EngineError where a server applies its own
+        template (tools go to its own chat endpoint)."""
+        ...
+
+    def token_id(self, text: str) -> int | None:
+        """The id of the vocabulary entry spelled exactly `text` -- an added token such as
+        Qwen2.5's `<tool_call>` is spelled as its text; None where there is none, or where a
+        server's vocabulary is not known here."""
+        ...
+
+    @property
+    def end_token_ids(self) -> frozenset[int]:
+        """The tokens that end an answer (the target's end of text and end of turn): an answer's
+        last token where it ended by itself. Empty where a server's are not known here."""
+        ...
+
     def encode_prompt(self, text: str) -> Prompt:
         """One user message through the chat template."""
         ...

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import torch
 
 from .acceptance import greedy_verify, speculative_verify
-from .adaptive import StepOutcome, make_policy
+from .adaptive import StepOutcome, conversation_prior, make_policy
 from .context import answer_budget, check_fits, context_length
 from .detok import IncrementalDetokenizer
 from .events import EventStream, Stats, TokenEvent, TokenKind
@@ -91,6 +91,7 @@ class Decoder:
         # how long the last answer was: in a conversation (a generation that reuses the cache)
         # the controller expects the next answer to run about as long (adaptive.py, rule 5)
         self.last_answer_tokens = 0
+        self.last_prompt_tokens = 0  # ... and its prompt: whether the next one continues it
         self.token_texts = TokenTexts(tokenizer)  # logprobs' token texts, looked up once each
         self._grammars = None  # the grammar library's view of the tokenizer, built on first use
 
@@ -148,7 +149,7 @@ class Decoder:
             target.reset()
         target.forward_passes = 0
         if proposer is not None:
-            prior = self.last_answer_tokens if stats.reused_prompt_tokens else 0
+            prior = conversation_prior(stats.reused_prompt_tokens, self.last_prompt_tokens, self.last_answer_tokens)
             policy = make_policy(settings.draft_tokens, proposer.sources, prior)
             proposer.reset(keep=ids if reuse_cache else None)
         t0 = time.perf_counter()
@@ -254,7 +255,7 @@ class Decoder:
             step += 1
             if stats.stop_reason:  # set above: the last step's stats are complete with its tokens
                 break
-        self.last_answer_tokens = emitted
+        self.last_answer_tokens, self.last_prompt_tokens = emitted, params.answer_start
         return stats
 
     def _logprobs(self, logits: torch.Tensor, new: list[int], top: int | None) -> list:

@@ -120,10 +120,7 @@ class Engine:
         return self.encode_tool_chat(messages, None, continue_final=continue_final)
 
     def encode_tool_chat(self, messages: Messages, tools: list[dict] | None, *, continue_final: bool = False) -> list[int]:
-        """encode_chat with `tools`, the functions the template shows the model (OpenAI's tools,
-        as templates take them; `specdec serve`'s tool calls), and messages that may hold an
-        assistant's tool_calls and tools' results. Beside the engine contract: a server target
-        applies its own template."""
+        """encode_chat with `tools` (contract.EngineLike.encode_tool_chat)."""
         if getattr(self.tokenizer, "chat_template", None):
             enc = self.tokenizer.apply_chat_template(messages, add_generation_prompt=not continue_final,
                                                      continue_final_message=continue_final, tokenize=True,
@@ -134,6 +131,16 @@ class Engine:
         # the last message's content: continued or not, the same prompt).
         text = "\n\n".join(m["content"] for m in messages)
         return self.tokenizer(text)["input_ids"]
+
+    def token_id(self, text: str) -> int | None:
+        tid = self.tokenizer.convert_tokens_to_ids(text)
+        if not isinstance(tid, int) or tid == self.tokenizer.unk_token_id:
+            return None
+        return tid if self.tokenizer.convert_ids_to_tokens(tid) == text else None
+
+    @property
+    def end_token_ids(self) -> frozenset[int]:
+        return self.decoder.eos
 
     def encode_prompt(self, text: str) -> list[int]:
         """One user message through the chat template."""

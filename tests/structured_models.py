@@ -37,15 +37,16 @@ TEMPLATE = (
 )
 
 
-def make_structured_tokenizer():
-    tok = make_tokenizer(WORDS)
+def make_structured_tokenizer(extra_words: tuple[str, ...] = ()):
+    """`extra_words`: more words, each a token of its own (with a leading space, as the words are)."""
+    tok = make_tokenizer(WORDS + list(extra_words))
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in CALL_TOKENS])
     tok.chat_template = TEMPLATE
     return tok
 
 
-def save_structured_pair(root: Path | str) -> tuple[Path, Path]:
-    tok = make_structured_tokenizer()
+def save_structured_pair(root: Path | str, extra_words: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    tok = make_structured_tokenizer(extra_words)
     # a tool's description is spelled nearly a character a token here: room for two of them
     target = make_model(len(tok), seed=0, max_positions=2048)
     draft = make_model(len(tok), seed=1, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32,

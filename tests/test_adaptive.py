@@ -3,7 +3,8 @@ specdec_core/adaptive.py's docstring."""
 
 import pytest
 
-from specdec_core.adaptive import LOOKUP_PRIOR, AdaptiveDraftLength, FixedDraftLength, StepOutcome, make_policy
+from specdec_core.adaptive import (LOOKUP_PRIOR, AdaptiveDraftLength, FixedDraftLength, StepOutcome,
+                                   conversation_prior, make_policy)
 from specdec_core.proposers import DRAFT, LOOKUP, MATCH_MAX, DraftPlan
 from specdec_core.textkind import CODE
 
@@ -316,3 +317,17 @@ def test_an_overconfident_draft_must_be_surer_before_it_goes_on():
     # c = 0.1 / 1.0, each of 4 rows added (1.8 - 1.0) / 4 = 0.2: a cost of 0.3 plain steps
     assert calibrated.min_confidence == pytest.approx(0.3)
     assert overconfident.min_confidence == pytest.approx(0.3 / overconfident.calibration)
+
+
+@pytest.mark.parametrize(
+    "reused, last_prompt, last_answer, prior",
+    [
+        (0, 0, 0, 0),  # the first generation
+        (120, 100, 40, 40),  # a next turn: the last prompt and answer are cached
+        (99, 100, 40, 40),  # a regenerate: all of the last prompt but its last token
+        (20, 100, 40, 0),  # a new chat: the system prompt alone is shared
+        (90, 100, 40, 0),  # the last user message edited: not the same question
+    ],
+)
+def test_conversation_prior_only_within_one_conversation(reused, last_prompt, last_answer, prior):
+    assert conversation_prior(reused, last_prompt, last_answer) == prior

@@ -71,6 +71,19 @@ def test_greedy_speculative_equals_standard(pair, capsys, proposer):
     assert set(s["kinds"]) == {"standard"}
 
 
+def test_the_shaping_flags_are_the_settings_and_change_the_answer(pair, capsys):
+    """--min-p, the penalties and --logit-bias reach the engine: speculative still equals standard
+    under them, and the answer is not the one without them."""
+    common = gen(pair, "--prompt", "hello the cat sat on the mat", "--max-new-tokens", "16")
+    shaping = ["--frequency-penalty", "1.5", "--presence-penalty", "0.5", "--repetition-penalty", "1.3",
+               "--min-p", "0.1", "--logit-bias", "9=4", "--logit-bias", "12=-100"]
+    _, plain, _ = run(capsys, *common, "--mode", "standard")
+    _, std, _ = run(capsys, *common, *shaping, "--mode", "standard")
+    _, spec, _ = run(capsys, *common, *shaping, "--draft-tokens", "3")
+    ids = [json.loads(x)["token_ids"] for x in (plain, std, spec)]
+    assert ids[1] == ids[2] != ids[0] and 12 not in ids[1]
+
+
 def test_plain_text_output_and_stats_line(pair, capsys):
     rc, out, err = run(capsys, "generate", "--target", str(pair[0]), "--draft", str(pair[1]),
                        "--prompt", "hello", "--max-new-tokens", "5", "--draft-tokens", "adaptive")
@@ -126,6 +139,14 @@ BAD = [
     (["--prompt-ids", "1,2", "--top-p", "1.5"], "top-p"),
     (["--prompt-ids", "1,2", "--top-p", "0"], "top-p"),
     (["--prompt-ids", "1,a"], "--prompt-ids"),
+    (["--prompt-ids", "1,2", "--min-p", "1.5"], "min-p"),
+    (["--prompt-ids", "1,2", "--min-p", "lots"], "--min-p"),
+    (["--prompt-ids", "1,2", "--presence-penalty", "3"], "presence-penalty"),
+    (["--prompt-ids", "1,2", "--frequency-penalty", "-2.5"], "frequency-penalty"),
+    (["--prompt-ids", "1,2", "--repetition-penalty", "0"], "repetition-penalty"),
+    (["--prompt-ids", "1,2", "--logit-bias", "7"], "--logit-bias"),
+    (["--prompt-ids", "1,2", "--logit-bias", "7=-101"], "logit bias"),
+    (["--prompt-ids", "1,2", "--logit-bias", "99999=5"], "--logit-bias"),
     (["--prompt-ids", "1,99999"], "vocabulary"),
     (["--max-new-tokens", "5"], "--prompt"),
 ]

@@ -157,12 +157,12 @@ def test_continue_after_a_token_limit_from_the_button_the_menu_and_the_keyboard(
     assert act.shortcut().toString() == "Ctrl+Shift+Return"
     continue_and_wait(qtbot, win, act.trigger)
     assert len(answer.tokens) == 24
-    # once a question follows, the answer is no longer the chat's end: no Continue there
+    # once a question follows, Continue there is a new version of the answer (tests/test_continue_versions.py)
     send_and_wait(qtbot, win, "the hat")
-    assert not w.continue_button.isVisibleTo(win)
+    assert w.continue_button.isVisibleTo(win) and "new version" in w.continue_button.text()
     actions = {a.text(): a for a in win.actions.menu(w).actions() if a.text()}
-    assert not actions["Continue"].isEnabled() and actions["Regenerate"].isEnabled()
-    assert not win.generation.continue_answer(answer) and "can be continued" in win.status_label.text()
+    assert "Continue" not in actions and actions["Continue as a new version"].isEnabled()
+    assert actions["Regenerate"].isEnabled()
 
 
 def test_an_answer_the_model_ended_offers_no_continue(qtbot, make_window):

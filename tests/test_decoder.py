@@ -482,3 +482,25 @@ def test_a_conversation_keeps_the_draft_s_cache_and_reads_only_the_new_turn(tiny
     assert a2.token_ids == std2.token_ids and a2_ids[-1] == std2.token_ids[0]
     assert a2.stats.catchup_tokens <= 4 and prop.gaps  # it skipped to the window
     assert dec.last_answer_tokens == 12
+
+
+def test_only_the_same_conversation_lends_its_answer_length_to_the_controller(tiny, monkeypatch):
+    # The controller's answer prior is the last answer's length in the same conversation (a
+    # next turn, a regenerate); a new chat that shares only a prefix (the system prompt) with
+    # the last one starts without it.
+    import specdec_core.decoder as decoder_module
+
+    priors = []
+    real = decoder_module.make_policy
+    monkeypatch.setattr(decoder_module, "make_policy",
+                        lambda k, sources, prior: priors.append(prior) or real(k, sources, prior))
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    turn1 = list(PROMPTS[0])
+    a1 = dec.generate(turn1, DecodeSettings(max_new_tokens=9, draft_tokens=3), prop).run()
+    next_turn = turn1 + a1.token_ids + [3, 4, 5]
+    dec.generate(next_turn, DecodeSettings(max_new_tokens=5, draft_tokens=3), prop, reuse_cache=True).run()
+    dec.generate(list(next_turn), DecodeSettings(max_new_tokens=4, draft_tokens=3), prop, reuse_cache=True).run()
+    other_chat = turn1[:4] + [40, 41, 42]  # shares the first 4 tokens only
+    dec.generate(other_chat, DecodeSettings(max_new_tokens=4, draft_tokens=3), prop, reuse_cache=True).run()
+    assert priors == [0, 9, 5, 0]

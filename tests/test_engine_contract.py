@@ -112,6 +112,14 @@ class FakeEngine:
     def encode_chat(self, messages, *, continue_final=False, answer_ids=None):
         return [len(w) for m in messages for w in m["content"].split()]
 
+    def encode_tool_chat(self, messages, tools, *, continue_final=False):
+        return self.encode_chat(messages) + [len(t["function"]["name"]) for t in tools or []]
+
+    def token_id(self, text):
+        return len(text) if text.startswith("w") else None
+
+    end_token_ids = frozenset({0})
+
     def encode_prompt(self, text):
         return self.encode_chat([{"role": "user", "content": text}])
 

@@ -135,7 +135,8 @@ def test_editing_an_answer_keeps_it_as_a_version_marked_edited(qtbot, make_windo
     we = bubble_of(win, edited)
     assert we.meta_label.text() == "edited" and we.text == "the cat is on the mat."
     assert win.side_panel.summary.text().startswith("an edited answer") and win.side_panel.m_speed.value.text() == "—"
-    assert not we.continue_button.isVisibleTo(win)  # the text is the user's: nothing to continue
+    assert we.continue_button.isVisibleTo(win)  # the model may write on from the user's text
+    assert "edited text" in we.continue_button.toolTip()
     # the model's version: its colours and figures, and what followed it
     we.prev_button.click()
     assert win.chats.messages == [q1, a1, q2, a2] and bubble_of(win, a1).tokens and "edited" not in \

@@ -77,6 +77,58 @@ def test_a_seeded_sample_with_penalties_is_the_engines(client, engine):
     assert ids_of(r) == engine.generate(engine.encode_chat(USER), s).run().token_ids
 
 
+# -- a specdec serve as the target: the client forwards them ---------------------------------------
+@pytest.mark.parametrize("fields, extra", SHAPES)
+def test_a_specdec_serve_target_decodes_with_the_same_shaping(server, engine, fields, extra):
+    """The app and the CLI on `--target http://...` (server/specdec.py): the settings' penalties,
+    min_p and logit_bias reach the serving engine, whose greedy answer is the local one's."""
+    from specdec_core.server import connect
+
+    given = {**fields, **extra}
+    bias = tuple(sorted((int(t), float(b)) for t, b in given.pop("logit_bias", {}).items()))
+    remote = connect(server.url)
+    settings = DecodeSettings(24, SamplingParams(logit_bias=bias, **given), draft_tokens=3)
+    gen = remote.generate(remote.encode_chat(USER), settings).run()
+    assert gen.token_ids == standard(engine, engine.encode_chat(USER), 24, logit_bias=bias, **given)
+    echoed = gen.stats.server["settings"]
+    assert echoed["logit_bias"] == {str(t): b for t, b in bias} and all(echoed[k] == v for k, v in given.items())
+
+
+def test_what_a_specdec_serve_request_cannot_carry_is_refused_before_sending(server):
+    from specdec_core.grammar import GrammarSpec
+    from specdec_core.server import connect
+    from specdec_core.server.errors import ServerError
+
+    remote = connect(server.url)
+    prompt = remote.encode_chat(USER)
+    with pytest.raises(ServerError, match="lark grammar"):
+        remote.generate(prompt, DecodeSettings(8, grammar=GrammarSpec.lark('start: "a"')))
+
+
+def test_a_server_target_says_what_it_cannot_know_here(server):
+    from specdec_core.contract import EngineError
+    from specdec_core.server import connect
+
+    remote = connect(server.url)
+    assert remote.token_id("<|fim_prefix|>") is None and remote.end_token_ids == frozenset()
+    assert remote.encode_tool_chat(USER, None) == remote.encode_chat(USER)
+    with pytest.raises(EngineError, match="shows tools to its model itself"):
+        remote.encode_tool_chat(USER, [{"type": "function", "function": {"name": "f"}}])
+
+
+def test_a_specdec_serve_target_hands_back_the_targets_logprobs(server, engine):
+    from specdec_core.server import connect
+
+    remote = connect(server.url)
+    settings = DecodeSettings(10, logprobs=2, draft_tokens=2)
+    got = remote.generate(remote.encode_chat(USER), settings).run()
+    local = engine.generate(engine.encode_chat(USER), settings.replace(mode="standard")).run()
+    assert got.token_ids == local.token_ids
+    for a, b in zip(got.events, local.events):
+        assert a.logprobs.chosen.logprob == pytest.approx(b.logprobs.chosen.logprob, abs=1e-4)
+        assert [t.token_id for t in a.logprobs.top] == [t.token_id for t in b.logprobs.top]
+
+
 # -- logprobs -------------------------------------------------------------------------------------
 @torch.inference_mode()
 def target_logprobs(engine, prompt, tokens) -> list[torch.Tensor]:

@@ -4,12 +4,13 @@ boundaries, the line of turns on one engine, and the wire format's round trip.""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import pytest
 
-from specdec_core.events import Stats, TokenEvent, TokenKind
+from specdec_core.events import Logprobs, Stats, TokenEvent, TokenKind, TokenLogprob
 from specdec_core.serve.answer import StopText
 from specdec_core.serve.errors import APIError
 from specdec_core.serve.protocol import stats_from_wire, stats_to_wire, token_from_wire, token_to_wire
@@ -215,7 +216,14 @@ def test_a_turn_is_reentrant_in_its_thread_and_cancel_leaves_the_line():
 # -- the wire -----------------------------------------------------------------------------------
 def test_tokens_and_stats_cross_the_wire_unchanged():
     e = TokenEvent(7, "x", TokenKind.BONUS, 3, 2, 0.25, 1.5, 2, "draft")
-    assert token_from_wire(token_to_wire(e)) == e
+    assert token_from_wire(token_to_wire(e)) == e and "logprobs" not in token_to_wire(e)
+    lp = Logprobs(TokenLogprob(7, "x", (120,), -0.5), (TokenLogprob(7, "x", (120,), -0.5),
+                                                         TokenLogprob(9, "\ufffd", (226, 130), -2.25)))
+    with_lp = TokenEvent(7, "x", TokenKind.BONUS, 3, 2, 0.25, 1.5, 2, "draft", lp)
+    assert token_from_wire(json.loads(json.dumps(token_to_wire(with_lp)))) == with_lp
+    forbidden = TokenEvent(1, "", TokenKind.STANDARD, 0, None, 0.0, None, 0, "", Logprobs(
+        TokenLogprob(1, "a", (97,), -0.1), (TokenLogprob(2, "b", (98,), float("-inf")),)))
+    assert json.loads(json.dumps(token_to_wire(forbidden), allow_nan=False))["logprobs"]["top"][0][3] == -9999.0
     assert token_to_wire(TokenEvent(1, "", TokenKind.STANDARD, 0, None, 0.0, float("inf")))["margin"] is None
     s = Stats(new_tokens=5, seconds=1.0, draft_tokens=4, accepted_draft_tokens=3, target_forward_passes=3,
               speculative_steps=2, speculative_step_tokens=4, per_position_proposed=[2, 2],

@@ -57,6 +57,16 @@ def _seconds(value: str) -> float:
     return s
 
 
+def _bias(value: str) -> tuple[int, float]:
+    token, eq, bias = value.partition("=")
+    try:
+        if not eq:
+            raise ValueError
+        return int(token), float(bias)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--logit-bias takes TOKEN_ID=BIAS, e.g. 42=-100, got {value!r}") from None
+
+
 def add_model_args(p: argparse.ArgumentParser, draft: bool = True, server_target: bool = True) -> None:
     """--target/--draft/--device/--dtype/--quantization, shared by generate, bench, race and serve
     (which loads models here only: server_target=False leaves out a server target's flags)."""
@@ -87,6 +97,16 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
+    p.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens below this share of the likeliest one's probability (0 = off)")
+    p.add_argument("--presence-penalty", type=float, default=0.0, metavar="P",
+                   help="-2..2, subtracted once from each token the answer has used (0 = off)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0, metavar="F",
+                   help="-2..2, subtracted per use from each token the answer has used (0 = off)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                   help="divides the logits of every token seen, prompt included (1 = off)")
+    p.add_argument("--logit-bias", type=_bias, action="append", default=[], metavar="TOKEN_ID=BIAS",
+                   help="add BIAS (-100..100) to a token's logit; repeat for more tokens")
     p.add_argument("--seed", type=int, default=0,
                    help="sampling seed; with a fixed --draft-tokens K it reproduces a sample exactly, with adaptive "
                         "k (which follows measured speed) the distribution is the same but a sample may differ")
@@ -98,9 +118,20 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 def settings_from_args(args) -> DecodeSettings:
     """The flags -> the one settings value (checked here, before anything loads). A command
     without --mode or --proposer gets the defaults."""
-    return DecodeSettings(args.max_new_tokens, SamplingParams(args.temperature, args.top_k, args.top_p),
-                          args.draft_tokens, args.seed, mode=getattr(args, "mode", "speculative"),
+    bias = tuple(sorted(dict(args.logit_bias).items()))  # a token given twice: its last bias
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.presence_penalty,
+                              args.frequency_penalty, args.repetition_penalty, bias)
+    return DecodeSettings(args.max_new_tokens, sampling, args.draft_tokens, args.seed,
+                          mode=getattr(args, "mode", "speculative"),
                           proposer=getattr(args, "proposer", None) or DEFAULT_PROPOSER)
+
+
+def check_bias(settings: DecodeSettings, engine) -> None:
+    """--logit-bias ids inside the target's vocabulary (a server target checks its own)."""
+    vocab = engine.vocab_size
+    bad = [t for t, _ in settings.sampling.logit_bias if vocab is not None and t >= vocab]
+    if bad:
+        raise UsageError(f"--logit-bias: token id {bad[0]} is outside the target's vocabulary (size {vocab})")
 
 
 def open_from_args(args, need_draft: bool):

@@ -9,7 +9,8 @@ import sys
 import threading
 
 from ..settings import DEFAULT_PROPOSER, MODES, PROPOSERS
-from .args import UsageError, add_model_args, add_sampling_args, int_at_least, open_from_args, settings_from_args
+from .args import (UsageError, add_model_args, add_sampling_args, check_bias, int_at_least, open_from_args,
+                   settings_from_args)
 from .terminal import KIND_COLOURS, print_loaded, server_line, stats_line
 
 
@@ -43,6 +44,7 @@ def run(args) -> int:
         raise UsageError("give --prompt TEXT or --prompt-ids 1,2,3")
     settings = settings_from_args(args)  # checked before loading anything
     engine = open_from_args(args, settings.needs_draft)
+    check_bias(settings, engine)
     print_loaded(engine)  # the notes include bitsandbytes' "slow on CPU" where it applies
     if engine.server_info() is None:  # a server holds no model here
         from ..models import recent

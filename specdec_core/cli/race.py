@@ -6,7 +6,7 @@ import json
 import sys
 
 from ..settings import DEFAULT_PROPOSER, PROPOSERS
-from .args import UsageError, add_model_args, add_sampling_args, open_from_args, settings_from_args
+from .args import UsageError, add_model_args, add_sampling_args, check_bias, open_from_args, settings_from_args
 from .terminal import print_loaded
 
 
@@ -32,6 +32,7 @@ def run(args) -> int:
         raise UsageError("--prompt is empty: give the text to race on")
     settings = settings_from_args(args)  # checked before loading anything
     engine = open_from_args(args, settings.needs_draft)
+    check_bias(settings, engine)
     print_loaded(engine)
 
     from ..race import CLOCK_NOTE, start_race

@@ -154,7 +154,7 @@ class Service:
             settings = opts.settings(budget, e.draft_info is not None)
         except SettingsError as exc:
             raise errors.invalid(str(exc), f"{EXTENSION}.proposer") from None
-        special = has_call_tokens(getattr(e.inner, "tokenizer", None))
+        special = has_call_tokens(e)
         grammar = response_format_grammar(opts.response_format) or (use and tools_grammar(use, special))
         settings = settings.replace(grammar=grammar or None)
         cancel = threading.Event()
@@ -187,14 +187,13 @@ class Service:
         else:
             last = messages[-1]
             prefill = last["role"] == "assistant" and not last.get("tool_calls")
-            if tools is not None and not hasattr(self.engine.inner, "encode_tool_chat"):
-                raise errors.unsupported("tools", "this engine cannot show tools to its model's template")
             try:
                 if tools is None:
                     ids = list(self.engine.encode_chat(messages, continue_final=prefill))
-                else:  # the local engine's template, with the functions
-                    ids = list(self.engine.inner.encode_tool_chat(messages, tools.template_tools(),
-                                                                   continue_final=prefill))
+                else:  # the target's template, with the functions
+                    ids = list(self.engine.encode_tool_chat(messages, tools.template_tools(), continue_final=prefill))
+            except EngineError as exc:
+                raise errors.unsupported("tools", str(exc)) from None
             except Exception as exc:  # noqa: BLE001 -- a template may refuse a conversation (its roles' order)
                 raise errors.invalid(f"the target's chat template refused these messages: {exc}", "messages") \
                     from None
@@ -281,7 +280,8 @@ def build_app(service: Service, cors_origins: Sequence[str] = ()) -> Starlette:
         if read_options is infill_options:
             shape = InfillShape(service.model, len(prepared.prompt_ids))
         else:
-            shape = Shape(opts.chat, service.model, opts.include_usage, logprobs=opts.logprobs is not None)
+            shape = Shape(opts.chat, service.model, opts.include_usage, logprobs=opts.logprobs is not None,
+                          end_ids=service.engine.end_token_ids)
         if opts.stream:
             return AnswerStream(_stream(service, prepared, shape, items), prepared.cancel, service)
         try:
@@ -336,7 +336,8 @@ class AnswerStream(StreamingResponse):
 
 
 async def _stream(service: Service, p: Prepared, shape: Shape | InfillShape, items: asyncio.Queue) -> AsyncIterator[bytes]:
-    calls = CallStream() if p.options.tool_use is not None and p.options.tool_use.calls else None
+    use = p.options.tool_use
+    calls = CallStream(use.names) if use is not None and use.calls else None
     if shape.chat:
         yield sse(shape.role_chunk())
     while True:
@@ -403,7 +404,8 @@ async def _whole(service: Service, request: Request, p: Prepared, shape: Shape |
         return Response(status_code=499)  # the client closed the connection: nobody reads this
     answer, finish, calls = "".join(text), item.finish_reason, None
     if p.options.tool_use is not None and p.options.tool_use.calls:
-        calls = parse_calls(answer) or None  # the calls, or the text (auto's other branch, a cut call)
+        # the calls, or the text (auto's other branch, a cut call)
+        calls = parse_calls(answer, p.options.tool_use.names) or None
         finish = "tool_calls" if calls and finish == "stop" else finish
     body = shape.response(answer, finish, usage(len(p.prompt_ids), item.completion_tokens, item.stats),
                           final_ext(item.stats, item.queue_seconds, p.settings, tokens), tokens, calls)

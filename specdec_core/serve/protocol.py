@@ -21,6 +21,8 @@ Every response adds a "specdec" object:
     the finishing chunk     {"tokens": [...], "stats": STATS, "queue_seconds": s, "settings": SETTINGS}
     a whole answer          the same, with every token
     TOKEN = {"id", "text", "kind", "source", "step", "draft_position", "draft_length", "t", "margin"}
+            and, where logprobs were asked for, "logprobs": {"chosen": LP, "top": [LP, ...]} with
+            LP = [id, text, utf8 bytes, logprob] (a logprob the grammar forbids: -9999.0)
     STATS = events.Stats.to_dict(): the engine's own figures (acceptance_rate = alpha,
             mean_accepted_per_step = tau, tokens_per_second, decode_tokens_per_second,
             plain_step_share, per-position counts, ...), never recomputed by the server
@@ -36,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..events import Stats, TokenEvent, TokenKind
+from ..events import Logprobs, Stats, TokenEvent, TokenKind, TokenLogprob
 
 EXTENSION = "specdec"  # the key of the extension object in requests, responses and the model card
 OWNED_BY = "specdec"  # /v1/models' owned_by: how a client tells this server from others
@@ -45,20 +47,44 @@ OWNED_BY = "specdec"  # /v1/models' owned_by: how a client tells this server fro
 REQUEST_FIELDS = ("mode", "draft_tokens", "proposer", "reuse_cache", "running_stats", "engine_seed")
 
 
+# A token the grammar forbids has logprob -inf, which JSON cannot carry: this stands for it on the
+# wire, as OpenAI and vLLM write it.
+IMPOSSIBLE = -9999.0
+
+
+def finite(logprob: float) -> float:
+    return max(logprob, IMPOSSIBLE)
+
+
 def token_to_wire(ev: TokenEvent) -> dict:
     margin = ev.margin if ev.margin is not None and math.isfinite(ev.margin) else None  # JSON has no inf
-    return {"id": ev.token_id, "text": ev.text, "kind": ev.kind.value, "source": ev.source, "step": ev.step,
-            "draft_position": ev.draft_position, "draft_length": ev.draft_length, "t": ev.t, "margin": margin}
+    out = {"id": ev.token_id, "text": ev.text, "kind": ev.kind.value, "source": ev.source, "step": ev.step,
+           "draft_position": ev.draft_position, "draft_length": ev.draft_length, "t": ev.t, "margin": margin}
+    if ev.logprobs is not None:
+        out["logprobs"] = {"chosen": _lp_to_wire(ev.logprobs.chosen), "top": [_lp_to_wire(t) for t in ev.logprobs.top]}
+    return out
+
+
+def _lp_to_wire(t: TokenLogprob) -> list:
+    return [t.token_id, t.text, list(t.utf8), finite(t.logprob)]
+
+
+def _lp_from_wire(d: list) -> TokenLogprob:
+    token_id, text, utf8, logprob = d
+    return TokenLogprob(int(token_id), str(text), tuple(int(b) for b in utf8), float(logprob))
 
 
 def token_from_wire(d: dict) -> TokenEvent:
     """One TOKEN back into the engine's event (ValueError/KeyError/TypeError on a malformed one)."""
     margin = d.get("margin")
     pos = d.get("draft_position")
+    lps = d.get("logprobs")
+    logprobs = None if lps is None else Logprobs(_lp_from_wire(lps["chosen"]),
+                                                  tuple(_lp_from_wire(t) for t in lps["top"]))
     return TokenEvent(int(d["id"]), str(d.get("text", "")), TokenKind(d["kind"]), int(d.get("step", 0)),
                       None if pos is None else int(pos), float(d.get("t", 0.0)),
                       None if margin is None else float(margin), int(d.get("draft_length", 0)),
-                      str(d.get("source", "")))
+                      str(d.get("source", "")), logprobs)
 
 
 def stats_to_wire(stats: Stats) -> dict:

@@ -215,6 +215,17 @@ class QueuedEngine:
         more = {"answer_ids": answer_ids} if answer_ids else {}
         return self.inner.encode_chat(messages, continue_final=continue_final, **more)
 
+    def encode_tool_chat(self, messages: Messages, tools: list[dict] | None, *,
+                         continue_final: bool = False) -> Prompt:
+        return self.inner.encode_tool_chat(messages, tools, continue_final=continue_final)
+
+    def token_id(self, text: str) -> int | None:
+        return self.inner.token_id(text)
+
+    @property
+    def end_token_ids(self) -> frozenset[int]:
+        return self.inner.end_token_ids
+
     def encode_prompt(self, text: str) -> Prompt:
         return self.inner.encode_prompt(text)
 

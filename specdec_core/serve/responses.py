@@ -23,7 +23,7 @@ import time
 import uuid
 
 from ..events import Stats, TokenEvent, TokenLogprob
-from .protocol import EXTENSION, stats_to_wire, token_to_wire
+from .protocol import EXTENSION, finite, stats_to_wire, token_to_wire
 
 
 class Shape:
@@ -31,11 +31,13 @@ class Shape:
 
     done = True  # a stream ends with `data: [DONE]`
 
-    def __init__(self, chat: bool, model: str, include_usage: bool = False, logprobs: bool = False):
+    def __init__(self, chat: bool, model: str, include_usage: bool = False, logprobs: bool = False,
+                 end_ids: frozenset[int] = frozenset()):
         self.chat = chat
         self.model = model
         self.include_usage = include_usage
         self.logprobs = logprobs
+        self.end_ids = end_ids  # the end token is no part of the content: not listed in logprobs (as OpenAI's)
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
         self._offset = 0  # completions' text_offset: where the next token's text starts
@@ -47,7 +49,9 @@ class Shape:
 
     def _choice(self, text: str | None, finish: str | None, streamed: bool, tokens: list[TokenEvent],
                 calls: list[dict] | None = None) -> dict:
-        logprobs = self._logprobs(tokens) if self.logprobs and tokens else None
+        listed = [e for e in tokens if e.logprobs is not None and e.token_id not in self.end_ids]
+        # a whole answer asked for logprobs has them, even none (an answer of only the end token)
+        logprobs = self._logprobs(listed) if self.logprobs and (listed or not streamed) else None
         if not self.chat:
             return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
         if streamed:
@@ -60,7 +64,7 @@ class Shape:
 
     def _logprobs(self, tokens: list[TokenEvent]) -> dict:
         """The choice's logprobs object for these tokens (each decoded with them, events.Logprobs)."""
-        lps = [e.logprobs for e in tokens if e.logprobs is not None]
+        lps = [e.logprobs for e in tokens]
         if self.chat:
             return {"content": [{**_entry(lp.chosen), "top_logprobs": [_entry(t) for t in lp.top]} for lp in lps],
                     "refusal": None}
@@ -68,8 +72,8 @@ class Shape:
         for e in tokens:
             offsets.append(self._offset)
             self._offset += len(e.text)
-        return {"tokens": [lp.chosen.text for lp in lps], "token_logprobs": [_finite(lp.chosen.logprob) for lp in lps],
-                "top_logprobs": [{t.text: _finite(t.logprob) for t in (lp.chosen, *lp.top)} for lp in lps],
+        return {"tokens": [lp.chosen.text for lp in lps], "token_logprobs": [finite(lp.chosen.logprob) for lp in lps],
+                "top_logprobs": [{t.text: finite(t.logprob) for t in (lp.chosen, *lp.top)} for lp in lps],
                 "text_offset": offsets}
 
     # -- streamed ---------------------------------------------------------------------------
@@ -112,17 +116,8 @@ class Shape:
         return obj
 
 
-# A token the grammar forbids has logprob -inf, which JSON cannot carry: -9999.0 stands for it
-# there, as OpenAI and vLLM write it.
-IMPOSSIBLE = -9999.0
-
-
-def _finite(logprob: float) -> float:
-    return max(logprob, IMPOSSIBLE)
-
-
 def _entry(t: TokenLogprob) -> dict:
-    return {"token": t.text, "logprob": _finite(t.logprob), "bytes": list(t.utf8)}
+    return {"token": t.text, "logprob": finite(t.logprob), "bytes": list(t.utf8)}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats: Stats | None) -> dict:

@@ -9,7 +9,10 @@ that shape with each function's parameters as the arguments' JSON schema, so the
 
     tool_choice "none"             text that makes no call (the functions are still shown, as
                                    OpenAI shows them: the prompt stays the conversation's)
-    "auto" (the default)           one or more calls, or text that does not begin with a call
+    "auto" (the default)           one or more calls, or text that does not begin with a call;
+                                   also the call as a fenced or bare JSON object, as the small
+                                   Qwen2.5 models write it (call_forms.py: constrained from the
+                                   moment the answer opens as one)
     "required"                     one or more calls, of any of the functions
     parallel_tool_calls false      (auto, required) one call at most
     {"function": {"name": F}}      one call of F
@@ -22,6 +25,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..grammar.spec import JSON_LAYOUT, GrammarSpec
+from . import call_forms
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -40,17 +44,20 @@ class ToolUse:
         """Whether the answer may be calls (its text is read for them)."""
         return bool(self.functions) and self.choice != "none"
 
+    @property
+    def names(self) -> list[str]:
+        """The names of the functions an answer may call."""
+        return [f["name"] for f in self.functions if self.choice != "function" or f["name"] == self.name]
+
     def template_tools(self) -> list[dict]:
         """What the chat template's `tools=` gets."""
         return [{"type": "function", "function": f} for f in self.functions]
 
 
-def has_call_tokens(tokenizer) -> bool:
-    """Whether <tool_call> and </tool_call> are tokens of their own in `tokenizer` (as in Qwen2.5)."""
-    if tokenizer is None:
-        return False
-    ids = [tokenizer.convert_tokens_to_ids(t) for t in (OPEN, CLOSE)]
-    return all(isinstance(i, int) and tokenizer.convert_ids_to_tokens(i) == t for i, t in zip(ids, (OPEN, CLOSE)))
+def has_call_tokens(engine) -> bool:
+    """Whether <tool_call> and </tool_call> are tokens of their own in the engine's vocabulary
+    (as in Qwen2.5's; contract.EngineLike.token_id)."""
+    return all(engine.token_id(t) is not None for t in (OPEN, CLOSE))
 
 
 def response_format_grammar(fmt: dict | None) -> GrammarSpec | None:
@@ -67,11 +74,13 @@ def tools_grammar(use: ToolUse, special_tokens: bool) -> GrammarSpec | None:
     """The Lark grammar of the calls `use` allows. `special_tokens`: the tokenizer has <tool_call>
     and </tool_call> as tokens of their own (Qwen2.5 does): the grammar names the tokens, which
     no free text can then contain; else it matches their text."""
-    text = "/(?s:.*)/" if special_tokens else f"/(?s:.*)/ & ~/{OPEN}(?s:.*)/"
-    if not use.calls:  # "none": text, which cannot hold a call's marker token (nor open with its text)
-        return GrammarSpec.lark(f"start: TEXT\nTEXT: {text}")
     opened = f"{OPEN} " if special_tokens else f'"{OPEN}" '
     closed = f" {CLOSE}" if special_tokens else f' "{CLOSE}"'
+    # text never holds a call's marker: as a token of its own it is outside any text lexeme; as
+    # text, text may not open with it
+    marker = "" if special_tokens else OPEN
+    if not use.calls:  # "none": text, which cannot hold a call's marker token (nor open with its text)
+        return GrammarSpec.lark(f"start: TEXT\nTEXT: {_text_unless(marker)}")
     chosen = [f for f in use.functions if use.choice != "function" or f["name"] == use.name]
     rules = [f"call: {opened}\"\\n\" ({' | '.join(f'f{i}' for i in range(len(chosen)))}) \"\\n\"{closed}"]
     for i, f in enumerate(chosen):
@@ -86,16 +95,25 @@ def tools_grammar(use: ToolUse, special_tokens: bool) -> GrammarSpec | None:
         start = "start: call"
     elif use.choice == "required":
         start = f"start: {calls}"
-    else:  # auto: calls, or text; text that opens with a call's marker is the call branch's
-        start = f"start: {calls} | TEXT\nTEXT: {text}"
+    else:  # auto: calls; a call in the JSON forms; or text that opens as neither (call_forms.py)
+        forms, form_rules = call_forms.lark_rules(chosen)
+        triggers = call_forms.openings(use.names) + (f"|(?:{OPEN})" if marker else "")
+        start = f"start: {' | '.join([calls, *forms])} | TEXT\nTEXT: /(?s:.*)/ & ~/(?:{triggers})(?s:.*)/"
+        rules += form_rules
     return GrammarSpec.lark("\n".join([start, *rules]))
 
 
-def parse_calls(text: str) -> list[dict] | None:
-    """The OpenAI tool_calls of an answer made of calls; None where it is text (auto's other
+def _text_unless(marker: str) -> str:
+    return f"/(?s:.*)/ & ~/{marker}(?s:.*)/" if marker else "/(?s:.*)/"
+
+
+def parse_calls(text: str, names: list[str]) -> list[dict] | None:
+    """The OpenAI tool_calls of an answer made of calls (<tool_call> tags, or one call in
+    call_forms.py's JSON forms, of the functions `names`); None where it is text (auto's other
     branch). A call cut short (the length limit) is left out."""
-    if not text.lstrip().startswith(OPEN):
-        return None
+    if opening(text, names) != "tags":
+        found = call_forms.parse(text, names)
+        return None if found is None else [to_openai(c) for c in found]
     calls = []
     for part in text.split(OPEN)[1:]:
         body, closed, _ = part.partition(CLOSE)
@@ -109,6 +127,20 @@ def parse_calls(text: str) -> list[dict] | None:
     return calls
 
 
+def opening(text: str, names: list[str]) -> str | None:
+    """How an answer opens: "tags" (<tool_call>), "json" (call_forms.py), "text"; None while the
+    text so far may still open either way."""
+    head = text.lstrip()
+    if head.startswith(OPEN):
+        return "tags"
+    json_form = call_forms.read_opening(text, names)
+    if json_form == "call":
+        return "json"
+    if json_form is None or (head == "" or OPEN.startswith(head)):
+        return None
+    return "text"
+
+
 def to_openai(call: dict) -> dict:
     return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
             "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}}
@@ -116,9 +148,11 @@ def to_openai(call: dict) -> dict:
 
 class CallStream:
     """A streamed answer's text, split as it comes into content to send now and tool calls
-    complete enough to send (each one whole: its name and all its arguments in one delta)."""
+    complete enough to send (each one whole: its name and all its arguments in one delta).
+    `names`: the functions the answer may call."""
 
-    def __init__(self):
+    def __init__(self, names: list[str]):
+        self.names = list(names)
         self.text = ""
         self.mode: str | None = None  # "content" | "calls", once the text's start tells
         self.sent_calls = 0
@@ -127,15 +161,15 @@ class CallStream:
     def feed(self, piece: str) -> tuple[str, list[dict]]:
         self.text += piece
         if self.mode is None:
-            head = self.text.lstrip()
-            if not head or (OPEN.startswith(head) and head != OPEN):
+            kind = opening(self.text, self.names)
+            if kind is None:
                 return "", []  # still may be a call's opening: hold it
-            self.mode = "calls" if head.startswith(OPEN) else "content"
+            self.mode = "content" if kind == "text" else "calls"
             if self.mode == "content":
                 return self.text, []
         if self.mode == "content":
             return piece, []
-        done = parse_calls(self.text) or []
+        done = parse_calls(self.text, self.names) or []
         new = done[self.sent_calls :]
         self.sent_calls = len(done)
         self.calls.extend(new)

@@ -9,10 +9,11 @@ ours. No Qt and no torch here.
     for ev in gen: ...                                   # TokenEvents, kinds as the server tells
     gen.stats                                            # ServerStats: the server's own figures
 
-Files: http.py (requests and streams, errors as one line), engine.py (probe, and ServerEngine:
-the engine boundary, contract.EngineLike, over HTTP), generation.py (the two stream readers, ServerStats), steps.py
-(each token's kind from llama-server's draft counters), prometheus.py (vLLM's and
-llama-server's /metrics counters), errors.py.
+Files: http.py (requests and streams on httpx, errors as one line), sse.py (the event-stream
+format), engine.py (probe, and ServerEngine: the engine boundary, contract.EngineLike, over
+HTTP), generation.py (the two stream readers, ServerStats), steps.py (each token's kind from
+llama-server's draft counters), prometheus.py (vLLM's and llama-server's /metrics counters),
+errors.py.
 """
 
 from .engine import API_KEY_ENV, ServerEngine, connect, is_server_spec

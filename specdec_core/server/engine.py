@@ -255,6 +255,20 @@ class ServerEngine:
             raise ServerError(f"{self.endpoint.url}/apply-template did not return a prompt")
         return self._tokenize({"content": text, "add_special": True, "parse_special": True})
 
+    def encode_tool_chat(self, messages: Messages, tools: list[dict] | None, *,
+                         continue_final: bool = False) -> Prompt:
+        if not tools:
+            return self.encode_chat(messages, continue_final=continue_final)
+        raise EngineError(f"the server at {self.endpoint.url} shows tools to its model itself: send them to its "
+                          "chat endpoint, not through this client's prompts")
+
+    def token_id(self, text: str) -> int | None:
+        return None  # the server's vocabulary is its own
+
+    @property
+    def end_token_ids(self) -> frozenset[int]:
+        return frozenset()  # the server ends its answers itself
+
     def encode_prompt(self, text: str) -> Prompt:
         return self.encode_chat([{"role": "user", "content": text}])
 

@@ -12,6 +12,7 @@ prompt as token ids from its /tokenize, so the chat is measured against its cont
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 
 from ..events import TokenEvent
@@ -21,29 +22,50 @@ from .generation import Request, ServerGeneration, ServerStats
 
 
 def specdec_body(model: str, prompt_ids: list[int], req: Request) -> dict:
-    """Everything the local engine would be given: the settings travel whole."""
-    s = req.settings
-    return {
+    """Everything the local engine would be given: the settings travel whole -- the sampling
+    (the penalties, min_p and logit_bias under their OpenAI / vLLM names, which the server takes
+    as the same SamplingParams), the logprobs asked for, and a JSON schema's grammar as a
+    response_format. A grammar the
+    OpenAI fields cannot carry (Lark, a regex) is refused here (ServerError), never dropped."""
+    s, p = req.settings, req.settings.sampling
+    body = {
         "model": model,
         "prompt": list(prompt_ids),
         "max_tokens": s.max_new_tokens,
-        "temperature": float(s.sampling.temperature),
-        "top_p": float(s.sampling.top_p),
-        "top_k": int(s.sampling.top_k),
+        "temperature": float(p.temperature),
+        "top_p": float(p.top_p),
+        "top_k": int(p.top_k),
+        "min_p": float(p.min_p),
+        "presence_penalty": float(p.presence_penalty),
+        "frequency_penalty": float(p.frequency_penalty),
+        "repetition_penalty": float(p.repetition_penalty),
         "stream": True,
         "stream_options": {"include_usage": True},
         EXTENSION: {"mode": s.mode, "draft_tokens": s.draft_tokens, "proposer": s.proposer,
                     "engine_seed": int(s.seed), "reuse_cache": req.reuse_cache, "running_stats": True},
     }
+    if p.logit_bias:
+        body["logit_bias"] = {str(t): float(b) for t, b in p.logit_bias}
+    if s.grammar is not None:
+        if s.grammar.kind != "json_schema":
+            raise ServerError(f"a {s.grammar.kind} grammar cannot be sent to a specdec serve target (its requests "
+                              "carry JSON schemas only, as response_format)")
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer",
+                                                                            "schema": json.loads(s.grammar.text)}}
+    if s.logprobs is not None:  # they come back with each token (protocol.token_to_wire)
+        body["logprobs"] = int(s.logprobs)
+    return body
 
 
 def stream_specdec(endpoint, model: str, prompt_ids: list[int], req: Request, base: dict) -> Callable:
+    body = specdec_body(model, prompt_ids, req)  # what it cannot carry is refused now, before any request
+
     def run(gen: ServerGeneration) -> Iterator[TokenEvent]:
         running: list[ServerStats] = []
         final: dict | None = None
         gen._running = lambda: running[-1] if running else ServerStats(mode=req.settings.mode)
         try:
-            for chunk in endpoint.stream("/v1/completions", specdec_body(model, prompt_ids, req), req.cancel):
+            for chunk in endpoint.stream("/v1/completions", body, req.cancel):
                 if req.cancel is not None and req.cancel.is_set():
                     break
                 ext = chunk.get(EXTENSION) or {}
