@@ -309,6 +309,10 @@ def test_an_answers_figures_are_saved_in_the_form_every_release_wrote(tmp_path):
     assert (fig.continued, fig.error, fig.server["engine"], fig.draft_setting) == (
         2, "the server closed the stream", "llama.cpp", "adaptive")
     assert fig.to_dict() == row
+    # an edited answer the model then wrote on: the model's part's figures, "edited" beside
+    written_on = AnswerFigures.from_dict({**row, "edited": True})
+    assert written_on.edited and not written_on.edited_only and written_on.to_dict() == {**row, "edited": True}
+    assert AnswerFigures.from_dict({"edited": True}).edited_only
     h = History(tmp_path)
     cid = h.new_chat("t")
     q = Message("user", "hi")
