@@ -48,10 +48,6 @@ class AnswerFigures:
         return self.edited and not self.continued and not self.stats.stop_reason
 
     @property
-    def speculative(self) -> bool:
-        return self.stats.mode == "speculative"
-
-    @property
     def draft_setting(self) -> int | str | None:
         """The draft length it was asked for: a number or "adaptive" (None: not recorded)."""
         return (self.settings or {}).get("draft_tokens")
