@@ -4,6 +4,7 @@ boundaries, the line of turns on one engine, and the wire format's round trip.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -13,11 +14,12 @@ import pytest
 from specdec_core.events import Logprobs, Stats, TokenEvent, TokenKind, TokenLogprob
 from specdec_core.serve.answer import StopText
 from specdec_core.serve.errors import APIError
-from specdec_core.serve.protocol import stats_from_wire, stats_to_wire, token_from_wire, token_to_wire
+from specdec_core.grammar.spec import GrammarSpec
+from specdec_core.serve.protocol import request_to_wire, stats_from_wire, stats_to_wire, token_from_wire, token_to_wire
 from specdec_core.serve.queue import DecodeQueue, QueueFull
 from specdec_core.serve.requests import chat_options, completion_options
 from specdec_core.serve.runner import exposure_warning, is_loopback
-from specdec_core.settings import sample_seed
+from specdec_core.settings import DecodeSettings, SamplingParams, sample_seed
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -258,3 +260,33 @@ def test_cors_origins_on_the_command_line():
     for bad in ("http://localhost:3000/", "localhost:3000", "https://app.example/chat", ""):
         with pytest.raises(UsageError, match="--cors-origin must be an origin"):
             parse(["serve", "--cors-origin", bad])
+
+
+@pytest.mark.parametrize("settings", [
+    DecodeSettings(),
+    DecodeSettings(max_new_tokens=7, draft_tokens="adaptive", seed=12345, mode="standard", logprobs=3),
+    DecodeSettings(64, SamplingParams(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, presence_penalty=0.5,
+                                      frequency_penalty=-0.25, repetition_penalty=1.1, logit_bias=((5, -2.0), (9, 1.5))),
+                   draft_tokens=6, seed=2**40, proposer="prompt-lookup"),
+    DecodeSettings(None, proposer="draft"),
+])
+def test_the_settings_wire_form_reads_back_as_the_same_settings(settings):
+    # The client (server/specdec.py) writes the request with protocol.request_to_wire, the server
+    # reads it with requests.py: every field of DecodeSettings must come back as it went.
+    body = request_to_wire("m", [1, 2, 3], settings, reuse_cache=True)
+    opts = completion_options(json.loads(json.dumps(body)))
+    assert opts.reuse_cache and opts.prompt == [1, 2, 3] and opts.max_tokens == settings.max_new_tokens
+    back = opts.settings(settings.max_new_tokens, has_draft=True)
+    assert back == settings
+    names = {f.name for f in dataclasses.fields(DecodeSettings)} - {"grammar"}  # grammar: next test
+    assert all(getattr(back, n) == getattr(settings, n) for n in names)
+
+
+def test_a_json_schema_goes_as_response_format_and_other_grammars_are_refused():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    body = request_to_wire("m", [1], DecodeSettings(grammar=GrammarSpec.json_schema(schema)), reuse_cache=False)
+    opts = completion_options(json.loads(json.dumps(body)))
+    fmt = opts.response_format
+    assert fmt["type"] == "json_schema" and fmt["json_schema"]["schema"] == schema
+    with pytest.raises(ValueError, match="lark grammar cannot be sent"):
+        request_to_wire("m", [1], DecodeSettings(grammar=GrammarSpec("lark", "start: /a/")), reuse_cache=False)

@@ -36,15 +36,53 @@ Every response adds a "specdec" object:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 from ..events import Logprobs, Stats, TokenEvent, TokenKind, TokenLogprob
+from ..settings import DecodeSettings
 
 EXTENSION = "specdec"  # the key of the extension object in requests, responses and the model card
 OWNED_BY = "specdec"  # /v1/models' owned_by: how a client tells this server from others
 
 # the extension's request fields (schema.Extension has them, in this order; requests.py reads them)
 REQUEST_FIELDS = ("mode", "draft_tokens", "proposer", "reuse_cache", "running_stats", "engine_seed")
+
+
+def request_to_wire(model: str, prompt_ids: list[int], settings: DecodeSettings, reuse_cache: bool) -> dict:
+    """A /v1/completions request (streamed) that has the server decode `prompt_ids` with exactly
+    these settings: the sampling under the OpenAI / vLLM names the server reads back into the
+    same SamplingParams (requests.py; tests/test_serve_units.py round-trips every field), the
+    rest in the extension, the logprobs asked for, a JSON schema as response_format. ValueError
+    for a grammar the OpenAI fields cannot carry (Lark, a regex): refused, never dropped."""
+    s, p = settings, settings.sampling
+    body = {
+        "model": model,
+        "prompt": list(prompt_ids),
+        "max_tokens": s.max_new_tokens,
+        "temperature": float(p.temperature),
+        "top_p": float(p.top_p),
+        "top_k": int(p.top_k),
+        "min_p": float(p.min_p),
+        "presence_penalty": float(p.presence_penalty),
+        "frequency_penalty": float(p.frequency_penalty),
+        "repetition_penalty": float(p.repetition_penalty),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        EXTENSION: {"mode": s.mode, "draft_tokens": s.draft_tokens, "proposer": s.proposer,
+                    "engine_seed": int(s.seed), "reuse_cache": reuse_cache, "running_stats": True},
+    }
+    if p.logit_bias:
+        body["logit_bias"] = {str(t): float(b) for t, b in p.logit_bias}
+    if s.grammar is not None:
+        if s.grammar.kind != "json_schema":
+            raise ValueError(f"a {s.grammar.kind} grammar cannot be sent to a specdec serve target (its requests "
+                             "carry JSON schemas only, as response_format)")
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer",
+                                                                            "schema": json.loads(s.grammar.text)}}
+    if s.logprobs is not None:  # they come back with each token (token_to_wire)
+        body["logprobs"] = int(s.logprobs)
+    return body
 
 
 # A token the grammar forbids has logprob -inf, which JSON cannot carry: this stands for it on the

@@ -12,49 +12,21 @@ prompt as token ids from its /tokenize, so the chat is measured against its cont
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 
 from ..events import TokenEvent
-from ..serve.protocol import EXTENSION, stats_from_wire, token_from_wire
+from ..serve.protocol import EXTENSION, request_to_wire, stats_from_wire, token_from_wire
 from .errors import ServerError, StreamBroken
 from .generation import Request, ServerGeneration, ServerStats
 
 
 def specdec_body(model: str, prompt_ids: list[int], req: Request) -> dict:
-    """Everything the local engine would be given: the settings travel whole -- the sampling
-    (the penalties, min_p and logit_bias under their OpenAI / vLLM names, which the server takes
-    as the same SamplingParams), the logprobs asked for, and a JSON schema's grammar as a
-    response_format. A grammar the
-    OpenAI fields cannot carry (Lark, a regex) is refused here (ServerError), never dropped."""
-    s, p = req.settings, req.settings.sampling
-    body = {
-        "model": model,
-        "prompt": list(prompt_ids),
-        "max_tokens": s.max_new_tokens,
-        "temperature": float(p.temperature),
-        "top_p": float(p.top_p),
-        "top_k": int(p.top_k),
-        "min_p": float(p.min_p),
-        "presence_penalty": float(p.presence_penalty),
-        "frequency_penalty": float(p.frequency_penalty),
-        "repetition_penalty": float(p.repetition_penalty),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        EXTENSION: {"mode": s.mode, "draft_tokens": s.draft_tokens, "proposer": s.proposer,
-                    "engine_seed": int(s.seed), "reuse_cache": req.reuse_cache, "running_stats": True},
-    }
-    if p.logit_bias:
-        body["logit_bias"] = {str(t): float(b) for t, b in p.logit_bias}
-    if s.grammar is not None:
-        if s.grammar.kind != "json_schema":
-            raise ServerError(f"a {s.grammar.kind} grammar cannot be sent to a specdec serve target (its requests "
-                              "carry JSON schemas only, as response_format)")
-        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "answer",
-                                                                            "schema": json.loads(s.grammar.text)}}
-    if s.logprobs is not None:  # they come back with each token (protocol.token_to_wire)
-        body["logprobs"] = int(s.logprobs)
-    return body
+    """The request for this answer (protocol.request_to_wire: the settings' one wire form); a
+    grammar the request cannot carry is refused here, before anything is sent."""
+    try:
+        return request_to_wire(model, prompt_ids, req.settings, req.reuse_cache)
+    except ValueError as exc:
+        raise ServerError(str(exc)) from None
 
 
 def stream_specdec(endpoint, model: str, prompt_ids: list[int], req: Request, base: dict) -> Callable:
