@@ -30,7 +30,7 @@ class _Fixed:
         return self.plan_
 
 
-def _run(tiny, prompt, proposer=None, policy=None, budget=20):
+def _run(prompt, proposer=None, policy=None, budget=20):
     return DecodeRun(list(prompt), SamplingParams(answer_start=len(prompt)), torch.Generator().manual_seed(0), budget,
                      True, frozenset(), proposer, policy)
 
@@ -42,7 +42,7 @@ def test_one_step_is_a_frozen_value_and_the_commit_rolls_both_caches_back(tiny):
     dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
     prop = DraftModelProposer(tiny.target, tiny.vocab)
     prompt = PROMPTS[0]
-    run = _run(tiny, prompt, prop, _Fixed(3))
+    run = _run(prompt, prop, _Fixed(3))
     dec.target.reset()
     prop.reset()
     first = decode_step(dec.target, run, dec.clock)
@@ -69,13 +69,13 @@ def test_a_step_that_reaches_the_budget_or_an_eos_says_why_it_stops(tiny):
     dec = Decoder(tiny.target, tiny.tokenizer, eos_token_ids=[])
     std = dec.generate(PROMPTS[1], DecodeSettings(max_new_tokens=3)).run()
     dec.target.reset()
-    run = _run(tiny, PROMPTS[1], budget=1)
+    run = _run(PROMPTS[1], budget=1)
     assert decode_step(dec.target, run, dec.clock).stop_reason == "max_new_tokens"
     dec.target.reset()
-    run = dataclasses.replace(_run(tiny, PROMPTS[1]), eos=frozenset({std.token_ids[0]}))
+    run = dataclasses.replace(_run(PROMPTS[1]), eos=frozenset({std.token_ids[0]}))
     assert decode_step(dec.target, run, dec.clock).stop_reason == "eos"
     dec.target.reset()
-    run = dataclasses.replace(_run(tiny, PROMPTS[1], budget=1), limited=False)
+    run = dataclasses.replace(_run(PROMPTS[1], budget=1), limited=False)
     assert decode_step(dec.target, run, dec.clock).stop_reason == "context"  # no budget: the context is full
 
 
