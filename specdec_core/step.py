@@ -21,19 +21,32 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from .acceptance import Verdict, greedy_verify, speculative_verify
+from .adaptive import StepOutcome
 from .events import Logprobs, TokenKind
 from .lm import CachedLM
 from .logprobs import TokenTexts, token_logprobs
 from .proposers.base import GRAMMAR, DraftPlan, Proposal, Proposer
 from .sampling import greedy_picks, probabilities, shaped_logits
 from .settings import SamplingParams
-from .textkind import TextKind
+from .textkind import PROSE, TextKind
 
 Clock = Callable[[], float]  # seconds, monotonic (time.perf_counter; a test's pinned clock)
+
+
+class Controller(Protocol):
+    """The draft-length controller as the decoder uses it (adaptive.py: fixed or adaptive)."""
+
+    def plan(self, backlog: int = 0, remaining: int | None = None, kind: str = PROSE) -> DraftPlan: ...
+
+    def observe_prefill(self, rows: int, seconds: float) -> None: ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...
+
 
 _NO_PLAN = DraftPlan()
 _NOTHING = Proposal([])  # what a plain step proposes
@@ -50,7 +63,7 @@ class DecodeRun:
     limited: bool  # the budget is the user's max_new_tokens (else: what the context leaves)
     eos: frozenset[int]
     proposer: Proposer | None = None
-    policy: object | None = None  # the draft-length controller (adaptive.py); None: standard decoding
+    policy: Controller | None = None  # None: standard decoding
     constraint: object | None = None  # a constrained answer's grammar state
     top_logprobs: int | None = None  # DecodeSettings.logprobs
     token_texts: TokenTexts | None = None

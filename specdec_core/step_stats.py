@@ -9,7 +9,7 @@ from __future__ import annotations
 from .adaptive import StepOutcome
 from .events import Stats
 from .proposers.base import GRAMMAR
-from .step import StepResult
+from .step import Controller, StepResult
 
 
 def count_step(stats: Stats, r: StepResult, speculative: bool) -> None:
@@ -58,7 +58,7 @@ def _grow(xs: list[int], n: int) -> None:
         xs.append(0)
 
 
-def tell_controller(policy, r: StepResult) -> None:
+def tell_controller(policy: Controller, r: StepResult) -> None:
     """The controller learns from the step's measured costs; the prompt's prefill (step 0) tells
     it what a row of a long pass costs before any verification ran. A grammar's forced run is no
     choice of the controller's: it hears nothing of it."""
