@@ -8,8 +8,9 @@ context, builds the proposer the settings name and runs the decoder.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .context import Fit, Messages, fit_chat
 from .contract import EngineError, ServerInfo
@@ -22,7 +23,7 @@ from .settings import DecodeSettings, proposer_kind
 
 def _draft_proposer(engine: Engine) -> Proposer:
     # the target's logits width (config, not weight shape: 4-bit weights are packed)
-    return DraftModelProposer(engine.draft.model, engine.vocab_size, lean=engine.draft.lean)
+    return DraftModelProposer(engine.draft.model, engine.vocab_size, lean=engine.draft.lean, clock=engine.clock)
 
 
 # How each of settings.PROPOSER_KINDS is built on a loaded pair (a kind that needs a draft is
@@ -38,10 +39,14 @@ PROPOSER_BUILDERS: dict[str, Callable[[Engine], Proposer]] = {
 class Engine:
     target: LoadedModel
     draft: LoadedModel | None = None  # None: only standard decoding and prompt lookup
+    # what the decoder and the draft time their work on (the controller's costs): a test that
+    # asserts what the controller chose pins them with a clock of its own
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.tokenizer = self.target.tokenizer
-        self.decoder = Decoder(self.target.model, self.tokenizer, self.target.eos_token_ids, lean=self.target.lean)
+        self.decoder = Decoder(self.target.model, self.tokenizer, self.target.eos_token_ids, lean=self.target.lean,
+                               clock=self.clock)
         self._proposers: dict[str, Proposer] = {}
 
     @classmethod
@@ -74,7 +79,7 @@ class Engine:
 
     def fork(self) -> Engine:
         """The same loaded models, its own decoder and proposers (so its own KV caches)."""
-        return Engine(self.target, self.draft)
+        return Engine(self.target, self.draft, self.clock)
 
     # -- what is loaded ---------------------------------------------------------------------
     @property

@@ -163,8 +163,12 @@ def test_families_it_does_not_cover_keep_transformers_forward(tmp_path, tok):
 
 
 @pytest.mark.parametrize("draft_tokens", [1, 3, 8, "adaptive"])
-def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory, tok, draft_tokens, isolated_cache):
-    """The whole shipped path on a tiny pair: Engine.load -> CPU kernel -> lean forwards."""
+def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory, tok, draft_tokens, isolated_cache,
+                                                                monkeypatch):
+    """The whole shipped path on a tiny pair: Engine.load -> CPU kernel -> lean forwards. The
+    costs the adaptive controller decides from are pinned (a target pass ten times a draft
+    token's): on the wall clock, whether it started the draft hung on how busy the machine was."""
+    from clocks import WorkClock
     from specdec_core.settings import DecodeSettings
     from specdec_core.engine import Engine
 
@@ -173,7 +177,9 @@ def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory
     draft = soften(make_model(len(tok), seed=5, hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128), 5.0)
     t_path = write_gguf(root / "t.gguf", target, tok, K_TYPES)
     d_path = write_gguf(root / "d.gguf", draft, tok, SMALL_TYPES)
-    engine = Engine.load(str(t_path), str(d_path), device="cpu")
+    loaded = Engine.load(str(t_path), str(d_path), device="cpu")
+    clock = WorkClock({loaded.target.model: (0.02, 0.0005), loaded.draft.model: (0.002, 0.0002)}).install(monkeypatch)
+    engine = Engine(loaded.target, loaded.draft, clock=clock)
     assert engine.target.lean is not None and engine.draft.lean is not None
     assert "lean forward" in engine.target.info.kernels and engine.target.info.quantization.startswith("gguf(")
     settings = DecodeSettings(max_new_tokens=40, draft_tokens=draft_tokens)
@@ -183,6 +189,7 @@ def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory
         spec = engine.generate(ids, settings).run()
         assert spec.token_ids == standard.token_ids, prompt
         assert spec.stats.draft_tokens > 0
+    assert clock.passes > 0  # the lean forwards ran on the pinned clock
 
 
 def test_a_draft_with_a_reduced_head_proposes_only_its_tokens_and_changes_nothing(

@@ -153,7 +153,7 @@ def test_a_decoder_that_forgets_the_proposals_before_a_row_is_caught(tiny, monke
     params = SamplingParams(frequency_penalty=2.0)
     want = reference_greedy(tiny.target, PROMPTS[0], 20, params, set(eos_of(tiny.target)))
     real = sampling_module.shaped_logits
-    monkeypatch.setattr("specdec_core.decoder.shaped_logits",
+    monkeypatch.setattr("specdec_core.step.shaped_logits",
                         lambda logits, p, ids, proposals=(): _rows_alike(real, logits, p, ids))
     got = Decoder(tiny.target, tiny.tokenizer).generate(
         PROMPTS[0], DecodeSettings(max_new_tokens=20, sampling=params, draft_tokens=3),
@@ -263,7 +263,7 @@ def test_forgetting_the_proposals_before_a_row_breaks_the_distribution(soft, mon
     target, draft = soft
     params = SamplingParams(temperature=1.0, presence_penalty=2.0, frequency_penalty=2.0, logit_bias=LIKELY)
     real = sampling_module.probabilities
-    monkeypatch.setattr("specdec_core.decoder.probabilities", lambda logits, p, ids, proposals=(): torch.cat(
+    monkeypatch.setattr("specdec_core.step.probabilities", lambda logits, p, ids, proposals=(): torch.cat(
         [real(logits[i: i + 1], p, ids) for i in range(logits.shape[0])]))
     dec = Decoder(target, None, eos_token_ids=[])
     want = exact_marginals(target, params)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -29,7 +30,11 @@ class DraftModelProposer:
     # question and the text just before it are what the next tokens depend on most.
     first_read_window = 128
 
-    def __init__(self, model: torch.nn.Module, target_vocab_size: int, lean=None):
+    def __init__(self, model: torch.nn.Module, target_vocab_size: int, lean=None,
+                 clock: Callable[[], float] = time.perf_counter):
+        """clock: what its catch-up reads are timed on -- the decoder's own (Decoder's `clock`),
+        since the controller takes the read out of the step's drafting time."""
+        self.clock = clock
         # q_draft must live on the target's ids: trim/pad the draft's head to that width
         # *before* warping, so what we sample from is exactly the q we report.
         self.lm = CachedLM(model, vocab_size=target_vocab_size, lean=lean)
@@ -109,9 +114,9 @@ class DraftModelProposer:
             if skip:
                 self.gaps.append((seen, skip))
                 pending = pending[skip:]
-            t = time.perf_counter()
+            t = self.clock()
             self.lm.forward(pending[:-1], logits_to_keep=0)
-            catchup, read, pending = time.perf_counter() - t, len(pending) - 1, pending[-1:]
+            catchup, read, pending = self.clock() - t, len(pending) - 1, pending[-1:]
         self.fresh = False
         sure = 1.0  # the draft's own probability that every token so far is right
         expected = 0.0  # the sum of those: the number of these tokens it expects kept
