@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from specdec_core.events import Stats  # light: no torch
-from specdec_core.server.generation import ServerStats  # light: no torch
+from specdec_core.remote.generation import ServerStats  # light: no torch
 
 # the figures that depend on counting speculative steps apart: absent from rows an early build
 # saved (its τ meant another thing), and then not shown

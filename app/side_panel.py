@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from specdec_core.contract import ServerInfo  # light: no torch
 from specdec_core.events import Stats  # light: no torch
-from specdec_core.server.generation import figure_notes
+from specdec_core.remote.generation import figure_notes
 from specdec_core.settings import DEFAULT_DRAFT_TOKENS, PROPOSER_KINDS, DecodeSettings, SamplingParams, usable_proposer
 
 from . import figures

@@ -64,7 +64,7 @@ def missing(request: LoadRequest) -> str | None:
     A server and a hub model can only be tried."""
     from specdec_core.models.errors import ModelError  # light: no torch
     from specdec_core.models.spec import parse_spec
-    from specdec_core.server.engine import is_server_spec
+    from specdec_core.remote.engine import is_server_spec
 
     for spec in (request.target, request.draft):
         if spec is None or is_server_spec(spec):

@@ -2,7 +2,7 @@
 
 Rules (docs/architecture.md):
 - this module does not import torch, transformers or specdec_core's engine at import time; the
-  engine is opened (specdec_core.engines.open_engine) inside the worker thread's slots;
+  engine is opened (specdec_core.open_engine.open_engine) inside the worker thread's slots;
 - it only adapts the engine (specdec_core.contract.EngineLike) to Qt: it calls the engine and
   turns what comes back -- token events, Stats, a Fit that does not fit, errors -- into signals;
 - the worker never touches widgets: it only emits signals (queued to the GUI thread);
@@ -231,7 +231,7 @@ class Worker(QObject):
             if request.factory is not None:
                 engine = request.factory(progress)
             else:
-                from specdec_core.engines import open_engine  # lazily, in this thread
+                from specdec_core.open_engine import open_engine  # lazily, in this thread
 
                 engine = open_engine(request.target, request.draft, device=request.device, dtype=request.dtype,
                                      quantization=request.quantization, api_key=request.api_key, progress=progress)

@@ -1,8 +1,8 @@
 """The one engine boundary: what the app, the CLI, the race and the bench type against.
 
 Two engines implement `EngineLike`: the local `Engine` (engine.py: a target, and a draft, loaded
-here) and `ServerEngine` (server/engine.py: a server decodes with its own draft). Every front end
-gets one from `open_engine` (engines.py) and then only:
+here) and `ServerEngine` (remote/engine.py: a server decodes with its own draft). Every front end
+gets one from `open_engine` (open_engine.py) and then only:
 
     fit = engine.fit(messages, settings.max_new_tokens)       # encoded, measured, or what to drop
     gen = engine.generate(fit.prompt, settings, cancel=...)   # iterate TokenEvents; gen.stats

@@ -22,7 +22,7 @@ class TokenKind(str, Enum):
     BONUS     -- sampled from the target after all of the step's k >= 1 proposals were
                  accepted; so a run never holds more bonus tokens than accepted ones.
     SERVER    -- a server target's token whose origin the server does not report
-                 (specdec_core/server: an OpenAI-compatible server that gives no per-token
+                 (specdec_core/remote: an OpenAI-compatible server that gives no per-token
                  draft figures, or a stretch where llama-server's counters cannot place it).
     """
 

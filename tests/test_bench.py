@@ -397,7 +397,7 @@ def test_a_structured_prompt_is_decoded_under_its_json_schema(tmp_path):
     from specdec_core.bench.modes import HF_ASSISTED, STANDARD, Mode
     from specdec_core.bench.prompts import parse_prompts
     from specdec_core.bench.runner import run_one
-    from specdec_core.engines import open_engine
+    from specdec_core.open_engine import open_engine
     from specdec_core.settings import DecodeSettings
 
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 4},

@@ -185,8 +185,8 @@ def test_the_local_engine_implements_the_contract():
 
 
 def test_the_server_engine_implements_the_contract():
-    from specdec_core.server.engine import OPENAI, ServerEngine
-    from specdec_core.server.http import Endpoint
+    from specdec_core.remote.engine import OPENAI, ServerEngine
+    from specdec_core.remote.http import Endpoint
 
     engine = ServerEngine(Endpoint("http://127.0.0.1:9"), OPENAI, "org/some-model", None, "")
     check_implements(engine)

@@ -294,7 +294,7 @@ def test_an_answers_figures_are_saved_in_the_form_every_release_wrote(tmp_path):
     them -- Stats.to_dict() with settings, series, continued, error and server beside -- and a row
     of that form reads back as the same value, key for key; an edited answer is {"edited": true}."""
     from app.answer_figures import AnswerFigures
-    from specdec_core.server.generation import ServerStats
+    from specdec_core.remote.generation import ServerStats
 
     stats = ServerStats(new_tokens=5, seconds=0.5, prefill_seconds=0.1, draft_tokens=4, accepted_draft_tokens=3,
                         target_forward_passes=3, speculative_steps=2, speculative_step_tokens=4,

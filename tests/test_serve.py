@@ -32,7 +32,7 @@ def pair(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(pair):
-    from specdec_core.engines import open_engine
+    from specdec_core.open_engine import open_engine
 
     return open_engine(str(pair[0]), str(pair[1]))
 
@@ -198,7 +198,7 @@ def test_a_last_assistant_message_is_continued_not_closed(server, client, engine
     assert prompts[-1] == engine.encode_chat(msgs[:1])
     # a specdec serve as a server target continues it too (its /tokenize), asked or not
     from specdec_core.contract import EngineError
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     remote = connect(server.url)
     assert remote.encode_chat(msgs, continue_final=True) == want

@@ -39,7 +39,7 @@ def served(pair):
 @pytest.fixture(scope="module")
 def local(pair):
     """The same pair loaded here: what the served answers must equal."""
-    from specdec_core.engines import open_engine
+    from specdec_core.open_engine import open_engine
 
     return open_engine(str(pair[0]), str(pair[1]))
 

@@ -23,7 +23,7 @@ USER = [{"role": "user", "content": "the cat sat on the mat"}]
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     """The tiny pair on a tokenizer with FIM tokens (ids past the words)."""
-    from specdec_core.engines import open_engine
+    from specdec_core.open_engine import open_engine
 
     root = tmp_path_factory.mktemp("fim-pair")
     tok = make_tokenizer()
@@ -80,9 +80,9 @@ def test_a_seeded_sample_with_penalties_is_the_engines(client, engine):
 # -- a specdec serve as the target: the client forwards them ---------------------------------------
 @pytest.mark.parametrize("fields, extra", SHAPES)
 def test_a_specdec_serve_target_decodes_with_the_same_shaping(server, engine, fields, extra):
-    """The app and the CLI on `--target http://...` (server/specdec.py): the settings' penalties,
+    """The app and the CLI on `--target http://...` (remote/specdec.py): the settings' penalties,
     min_p and logit_bias reach the serving engine, whose greedy answer is the local one's."""
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     given = {**fields, **extra}
     bias = tuple(sorted((int(t), float(b)) for t, b in given.pop("logit_bias", {}).items()))
@@ -96,8 +96,8 @@ def test_a_specdec_serve_target_decodes_with_the_same_shaping(server, engine, fi
 
 def test_what_a_specdec_serve_request_cannot_carry_is_refused_before_sending(server):
     from specdec_core.grammar import GrammarSpec
-    from specdec_core.server import connect
-    from specdec_core.server.errors import ServerError
+    from specdec_core.remote import connect
+    from specdec_core.remote.errors import ServerError
 
     remote = connect(server.url)
     prompt = remote.encode_chat(USER)
@@ -107,7 +107,7 @@ def test_what_a_specdec_serve_request_cannot_carry_is_refused_before_sending(ser
 
 def test_a_server_target_says_what_it_cannot_know_here(server):
     from specdec_core.contract import EngineError
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     remote = connect(server.url)
     assert remote.token_id("<|fim_prefix|>") is None and remote.end_token_ids == frozenset()
@@ -117,7 +117,7 @@ def test_a_server_target_says_what_it_cannot_know_here(server):
 
 
 def test_a_specdec_serve_target_hands_back_the_targets_logprobs(server, engine):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     remote = connect(server.url)
     settings = DecodeSettings(10, logprobs=2, draft_tokens=2)
@@ -236,7 +236,7 @@ def test_infill_as_llama_server_answers_it(server, engine):
 
 
 def test_a_target_without_fim_tokens_refuses_with_a_400(tmp_path):
-    from specdec_core.engines import open_engine
+    from specdec_core.open_engine import open_engine
 
     target, draft = save_pair(tmp_path)
     for srv in in_process(open_engine(str(target), str(draft))):

@@ -35,7 +35,7 @@ HELLO = [{"role": "user", "content": "the cat"}]
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from specdec_core.engines import open_engine
+    from specdec_core.open_engine import open_engine
 
     target, draft = save_structured_pair(tmp_path_factory.mktemp("structured-pair"))
     return open_engine(str(target), str(draft))
@@ -120,7 +120,7 @@ def test_a_specdec_serve_target_takes_the_settings_json_schema(server, engine):
     """A grammar in the settings (the bench's structured prompts) reaches a `--target http://...`
     specdec serve as its response_format: the same constrained answer as the engine's own."""
     from specdec_core.grammar import GrammarSpec
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
     from specdec_core.settings import DecodeSettings
 
     settings = DecodeSettings(80, grammar=GrammarSpec.json_schema(Pet.model_json_schema()), mode="standard")

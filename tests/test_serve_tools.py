@@ -157,7 +157,7 @@ def test_parallel_tags_and_required_are_unchanged(grammars):
 # -- end to end -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from specdec_core.engines import open_engine
+    from specdec_core.open_engine import open_engine
 
     target, draft = save_structured_pair(tmp_path_factory.mktemp("tools-pair"), (OPEN_FENCED, OPEN_BARE, NOT_A_CALL))
     return open_engine(str(target), str(draft))

@@ -271,7 +271,7 @@ def test_cors_origins_on_the_command_line():
     DecodeSettings(None, proposer="draft"),
 ])
 def test_the_settings_wire_form_reads_back_as_the_same_settings(settings):
-    # The client (server/specdec.py) writes the request with protocol.request_to_wire, the server
+    # The client (remote/specdec.py) writes the request with protocol.request_to_wire, the server
     # reads it with requests.py: every field of DecodeSettings must come back as it went.
     body = request_to_wire("m", [1, 2, 3], settings, reuse_cache=True)
     opts = completion_options(json.loads(json.dumps(body)))

@@ -1,6 +1,6 @@
 """`specdec bench --target http://HOST:PORT`: the prompt set through a server, with its figures.
 
-A server decodes with its own draft and no request turns that off (see specdec_core/server), so
+A server decodes with its own draft and no request turns that off (see specdec_core/remote), so
 there are no modes to compare: each prompt runs `--repeats` times (after one untimed warm-up),
 prompts in file order, the server's prompt cache off so every run pays its prefill. What is
 measured per run: tokens, the client's seconds and time to the first token (network

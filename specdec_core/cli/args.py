@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..engines import DEFAULT_TIMEOUT
+from ..open_engine import DEFAULT_TIMEOUT
 from ..settings import DEFAULT_DRAFT_TOKENS, DEFAULT_PROPOSER, DecodeSettings, SamplingParams
 from .terminal import progress_printer, server_progress
 
@@ -137,8 +137,8 @@ def check_bias(settings: DecodeSettings, engine) -> None:
 def open_from_args(args, need_draft: bool):
     """--target/--draft/... -> an engine (engines.open_engine), with a progress display on a
     terminal. A server target drafts with its own draft: --draft and --proposer are refused."""
-    from ..engines import open_engine
-    from ..server import is_server_spec
+    from ..open_engine import open_engine
+    from ..remote import is_server_spec
 
     server = is_server_spec(args.target)
     if server and getattr(args, "draft", "default") not in (None, "", "default", "none"):

@@ -90,7 +90,7 @@ def command_line(args, server: bool = False) -> str:
 
 
 def run(args) -> int:
-    from ..server import is_server_spec
+    from ..remote import is_server_spec
 
     try:
         if is_server_spec(args.target):  # a server: its own runner and report (bench/server.py)

@@ -59,9 +59,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..engines import open_engine
+    from ..open_engine import open_engine
     from ..serve.runner import API_KEY_ENV, LocalServer, exposure_warning
-    from ..server import is_server_spec
+    from ..remote import is_server_spec
 
     if is_server_spec(args.target):
         raise UsageError("--target: specdec serve serves models loaded here, not another server; give a local "

@@ -64,7 +64,7 @@ def stats_line(s) -> str:
 
 def server_line(stats) -> str:
     """One line of what the server reported about an answer (empty for a local model)."""
-    from ..server.generation import ServerStats, figure_notes
+    from ..remote.generation import ServerStats, figure_notes
 
     if not isinstance(stats, ServerStats) or not stats.server:
         return ""

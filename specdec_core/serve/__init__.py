@@ -1,5 +1,5 @@
 """`specdec serve`: the exact speculative engine served as a local OpenAI-compatible server, each
-token with its origin. (Not to be confused with specdec_core/server/, the *client* that uses
+token with its origin. (Not to be confused with specdec_core/remote/, the *client* that uses
 someone else's server -- llama-server, vLLM, or this one -- as the target.)
 
     /v1/models, /v1/chat/completions, /v1/completions (streamed as server-sent events or not),

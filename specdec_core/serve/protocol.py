@@ -1,7 +1,7 @@
 """The wire format of `specdec serve`'s extension to the OpenAI API: what a request may add and
 what every response carries beyond the standard fields (which clients such as the official
 `openai` package read, ignoring the rest). Shared by the server (serve/app.py) and the client
-that recognises such a server (server/specdec.py). Plain JSON values; no torch.
+that recognises such a server (remote/specdec.py). Plain JSON values; no torch.
 
 A request may add (the `openai` client sends them with `extra_body=`):
 

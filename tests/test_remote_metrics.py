@@ -7,10 +7,10 @@
 - the per-request `metrics.speculative_decoding` object of a response (server flag
   --per-request-spec-decode-metrics summary|detailed), with the documentation's own example.
 
-The same parser reads llama-server's counters for real in test_server_llama.py.
+The same parser reads llama-server's counters for real in test_remote_llama.py.
 """
 
-from specdec_core.server.prometheus import (
+from specdec_core.remote.prometheus import (
     SpecCounters,
     figures_from_counters,
     figures_from_vllm_request,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .contract import EngineError, EngineLike
-from .server.http import DEFAULT_TIMEOUT
+from .remote.http import DEFAULT_TIMEOUT
 
 
 def open_engine(
@@ -29,7 +29,7 @@ def open_engine(
     """Open `target` (and `draft`, None for none). `progress(message, fraction | None)` hears
     the steps; a local pair's load is recorded for `specdec models` (models.last_load).
     ModelError (ServerError for a server) or EngineError: one line saying what to fix."""
-    from .server import connect, is_server_spec
+    from .remote import connect, is_server_spec
 
     if is_server_spec(target):
         if draft not in (None, "", "default", "none"):

@@ -15,8 +15,8 @@ import pytest
 from llama_server import free_port
 from scripted_server import ScriptedServer, answer
 
-from specdec_core.server.errors import HTTPStatusError, ServerError
-from specdec_core.server.http import Endpoint
+from specdec_core.remote.errors import HTTPStatusError, ServerError
+from specdec_core.remote.http import Endpoint
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ def test_an_http_error_says_what_the_server_said(serve, status, body, words):
 
 
 def test_connect_passes_a_refused_key_on_and_names_what_else_is_wrong(serve):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     srv = serve(lambda srv, conn, req: answer(conn, 401, b'{"error": "no key"}'))
     with pytest.raises(HTTPStatusError) as err:

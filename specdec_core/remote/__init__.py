@@ -3,7 +3,7 @@ decodes itself, with its own draft, on its own hardware; the client streams its 
 reads its speculative figures. The way past one machine is an existing engine, never one of
 ours. No Qt and no torch here.
 
-    from specdec_core.server import connect, is_server_spec
+    from specdec_core.remote import connect, is_server_spec
     engine = connect("http://127.0.0.1:8080")          # ServerError: one line, if it is not one
     gen = engine.generate(engine.encode_prompt("hi"), settings)
     for ev in gen: ...                                   # TokenEvents, kinds as the server tells

@@ -4,7 +4,7 @@ before it is verified, and its kept drafts and the target's token are sent after
 counters moved; a plain step moves neither."""
 
 from specdec_core.events import TokenKind
-from specdec_core.server.steps import StepRebuilder
+from specdec_core.remote.steps import StepRebuilder
 
 A, B, C, S, P = "accepted", "bonus", "corrected", "standard", "server"
 

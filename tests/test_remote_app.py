@@ -174,8 +174,8 @@ def test_a_server_that_tells_nothing_per_token(qtbot, tmp_path, server):
     """The OpenAI-compatible path (what vLLM gets): tokens of kind `server`, the swatch shown."""
 
     def generic(progress):
-        from specdec_core.server import connect
-        from specdec_core.server.engine import OPENAI, ServerEngine
+        from specdec_core.remote import connect
+        from specdec_core.remote.engine import OPENAI, ServerEngine
 
         native = connect(server.url)
         return ServerEngine(native.endpoint, OPENAI, native.model, None, "")
@@ -206,7 +206,7 @@ def test_app_arguments_for_a_server(monkeypatch):
 
 
 def test_server_modules_do_not_import_torch():
-    r = heavy_imports(["app.server_target", "specdec_core.server", "specdec_core.contract", "specdec_core.engines"])
+    r = heavy_imports(["app.server_target", "specdec_core.remote", "specdec_core.contract", "specdec_core.open_engine"])
     assert r.returncode == 0, r.stdout + r.stderr
 
 

@@ -62,7 +62,7 @@ def answer(engine, n=40, prompt=PROMPT, **kw):
 
 # -- what the server is --------------------------------------------------------------------
 def test_connect_reads_what_the_server_is(server):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     engine = connect(server.url)
     assert engine.flavour == "llama.cpp" and engine.speculative is True
@@ -85,7 +85,7 @@ def test_kinds_rebuilt_from_the_counters_equal_our_engine_on_the_same_pair(serve
     verifies greedily: our engine with k=3 on the same weights makes the same steps."""
     from specdec_core.decoder import Decoder
     from specdec_core.proposers import DraftModelProposer
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
     from tiny_models import make_tokenizer
 
     engine = connect(server.url)
@@ -112,7 +112,7 @@ def test_kinds_rebuilt_from_the_counters_equal_our_engine_on_the_same_pair(serve
 
 
 def test_stats_are_the_servers_own_figures(server):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     gen = answer(connect(server.url), n=30)
     s = gen.stats
@@ -130,7 +130,7 @@ def test_stats_are_the_servers_own_figures(server):
 
 
 def test_a_draft_equal_to_the_target_is_always_accepted(twin_server):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     gen = answer(connect(twin_server.url), n=40)
     s = gen.stats
@@ -149,9 +149,9 @@ def test_a_draft_equal_to_the_target_is_always_accepted(twin_server):
 def test_prometheus_counters_reconcile_with_the_per_token_figures(server):
     """The same four counters vLLM exports, under llama-server's `llamacpp:` prefix: their
     difference around one request equals the figures the stream gave."""
-    from specdec_core.server import connect
-    from specdec_core.server.http import Endpoint
-    from specdec_core.server.prometheus import figures_from_counters, read_spec_counters
+    from specdec_core.remote import connect
+    from specdec_core.remote.http import Endpoint
+    from specdec_core.remote.prometheus import figures_from_counters, read_spec_counters
 
     ep = Endpoint(server.url)
     before = read_spec_counters(ep.get_text("/metrics"), "llamacpp:")
@@ -169,10 +169,10 @@ def test_prometheus_counters_reconcile_with_the_per_token_figures(server):
 def test_the_openai_compatible_path_on_a_real_server(server):
     """llama-server is also an OpenAI-compatible server: the generic reader (the one vLLM gets)
     streams the same greedy text, with kind `server`, and reads the drafts from /metrics."""
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
     from specdec_core.contract import ChatPrompt
-    from specdec_core.server.engine import OPENAI, ServerEngine
-    from specdec_core.server.generation import Request, ServerGeneration, stream_openai
+    from specdec_core.remote.engine import OPENAI, ServerEngine
+    from specdec_core.remote.generation import Request, ServerGeneration, stream_openai
 
     native = connect(server.url)
     text = answer(native, n=24).text
@@ -191,7 +191,7 @@ def test_the_openai_compatible_path_on_a_real_server(server):
 
 
 def test_sampling_reproduces_with_a_seed(server):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     engine = connect(server.url)
     a = answer(engine, n=20, temperature=0.9, seed=5)
@@ -241,7 +241,7 @@ def test_cli_refuses_what_a_server_cannot_do(server, capsys):
 
 
 def test_cli_prompt_ids_reach_the_server(server, capsys):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     ids = connect(server.url).encode_prompt(PROMPT)
     rc, out, err = run_cli(["generate", "--target", server.url, "--prompt-ids", ",".join(map(str, ids)),
@@ -356,7 +356,7 @@ def test_an_http_error_with_a_body(server, capsys):
 
 
 def test_a_server_killed_mid_answer_keeps_the_part_that_came(endless_server):
-    from specdec_core.server import StreamBroken, connect
+    from specdec_core.remote import StreamBroken, connect
 
     engine = connect(endless_server.url)
     gen = engine.generate(engine.encode_prompt(PROMPT), settings(8000), cancel=threading.Event())
@@ -387,7 +387,7 @@ def test_cli_keeps_a_cut_answer_and_says_why_in_one_line(endless_server, capsys)
 
 
 def test_a_stopped_answer_ends_at_once_and_the_server_stops_too(endless_server):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     engine = connect(endless_server.url)
     cancel = threading.Event()
@@ -430,7 +430,7 @@ def test_bench_against_a_server(server, tmp_path, capsys):
 
 
 def test_a_server_without_a_draft_decodes_standard(ggufs):
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     s = LlamaServer(ggufs["target"], log=ggufs["folder"] / "plain.log")
     try:
@@ -449,7 +449,7 @@ def test_a_server_without_a_draft_decodes_standard(ggufs):
 
 def test_running_snapshots_count_the_tokens_seen(server):
     """What the app shows while an answer streams: the stats of exactly the tokens so far."""
-    from specdec_core.server import connect
+    from specdec_core.remote import connect
 
     engine = connect(server.url)
     gen = engine.generate(engine.encode_prompt(PROMPT), settings(20), cancel=threading.Event())

@@ -1,4 +1,4 @@
-"""The remote client (specdec_core/server/http.py, on httpx) against real local servers that
+"""The remote client (specdec_core/remote/http.py, on httpx) against real local servers that
 answer byte by byte what a test writes (scripted_server.py): a stop that lands while the server
 is silent, a timeout per read and not per answer, one error line for each way a server fails,
 the event-stream format's corners. Tier 1: the event-stream reader on hand-built bytes."""
@@ -19,9 +19,9 @@ import pytest
 
 from scripted_server import ScriptedServer, answer, chunk, end_stream, event, start_stream
 
-from specdec_core.server.errors import HTTPStatusError, ServerError, StreamBroken
-from specdec_core.server.http import Endpoint
-from specdec_core.server.sse import sse_data, sse_lines
+from specdec_core.remote.errors import HTTPStatusError, ServerError, StreamBroken
+from specdec_core.remote.http import Endpoint
+from specdec_core.remote.sse import sse_data, sse_lines
 
 
 @pytest.fixture
@@ -276,7 +276,7 @@ def test_tls_the_systems_trust_refuses_a_self_signed_server(serve, certificate):
 
 def test_tls_a_trusted_server_streams_and_a_stop_lands_while_it_is_silent(serve, certificate, monkeypatch):
     """The socket the watcher shuts is the TLS one (the plain socket is taken over by it)."""
-    import specdec_core.server.http as client
+    import specdec_core.remote.http as client
 
     trusted = ssl.create_default_context(cafile=str(certificate[1]))
     monkeypatch.setattr(client, "_tls_context", lambda: trusted)
@@ -300,7 +300,7 @@ def test_tls_a_trusted_server_streams_and_a_stop_lands_while_it_is_silent(serve,
 
 def test_importing_the_client_leaves_httpx_for_the_first_request():
     """The app's window and the CLI import the server package for its names at start-up."""
-    code = ("import sys, specdec_core.engines, specdec_core.server.http as h; print('httpx' in sys.modules); "
+    code = ("import sys, specdec_core.open_engine, specdec_core.remote.http as h; print('httpx' in sys.modules); "
             "h.Endpoint('http://127.0.0.1:9'); print('httpx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
