@@ -211,3 +211,20 @@ def client(server):
     import openai
 
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture
+def scripted():
+    """scripted(script, tls=None) -> a running ScriptedServer (tests/scripted_server.py: a real
+    local TCP server whose answers the test writes byte by byte), closed after the test."""
+    from scripted_server import ScriptedServer
+
+    servers = []
+
+    def start(script, tls=None):
+        servers.append(ScriptedServer(script, tls))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()

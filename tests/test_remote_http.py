@@ -17,25 +17,11 @@ import time
 
 import pytest
 
-from scripted_server import ScriptedServer, answer, chunk, end_stream, event, start_stream
+from scripted_server import answer, chunk, end_stream, event, start_stream
 
 from specdec_core.remote.errors import HTTPStatusError, ServerError, StreamBroken
 from specdec_core.remote.http import Endpoint
 from specdec_core.remote.sse import sse_data, sse_lines
-
-
-@pytest.fixture
-def serve():
-    """serve(script, tls=None) -> a running ScriptedServer, closed after the test."""
-    servers = []
-
-    def start(script, tls=None):
-        servers.append(ScriptedServer(script, tls))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def watchers() -> int:
@@ -70,7 +56,7 @@ def test_events_join_their_data_lines_and_skip_the_rest():
 
 
 # -- streams -------------------------------------------------------------------------------
-def test_a_stream_with_the_formats_corners(serve):
+def test_a_stream_with_the_formats_corners(scripted):
     """Multi-line data, comments, keep-alives, a character split across chunks, a separator
     U+2028 in a token, and [DONE]: after it nothing is read, though the server keeps the line open."""
 
@@ -84,7 +70,7 @@ def test_a_stream_with_the_formats_corners(serve):
         chunk(conn, b"data: [DONE]\n\n")
         srv.hold(conn)
 
-    srv = serve(script)
+    srv = scripted(script)
     ep = Endpoint(srv.url, timeout=30)
     t0 = time.monotonic()
     assert list(ep.stream("/v1/completions", {"prompt": "é"})) == [{"n": 1}, {"n": 2, "t": "\u00e9\u2028"}]
@@ -94,14 +80,14 @@ def test_a_stream_with_the_formats_corners(serve):
     assert req.header("content-type") == "application/json" and req.header("accept-encoding") == "identity"
 
 
-def test_an_error_in_the_middle_of_a_stream(serve):
+def test_an_error_in_the_middle_of_a_stream(scripted):
     def script(srv, conn, req):
         start_stream(conn)
         event(conn, {"n": 1})
         event(conn, {"error": {"message": "the slot   was\nreleased", "type": "server_error"}})
         end_stream(conn)
 
-    ep = Endpoint(serve(script).url)
+    ep = Endpoint(scripted(script).url)
     seen = []
     with pytest.raises(ServerError) as err:
         for obj in ep.stream("/completion", {}):
@@ -111,7 +97,7 @@ def test_an_error_in_the_middle_of_a_stream(serve):
 
 
 @pytest.mark.parametrize("how", ["closed", "reset"])
-def test_a_connection_cut_mid_answer_is_a_broken_stream(serve, how):
+def test_a_connection_cut_mid_answer_is_a_broken_stream(scripted, how):
     def script(srv, conn, req):
         start_stream(conn)
         event(conn, {"n": 1})
@@ -121,7 +107,7 @@ def test_a_connection_cut_mid_answer_is_a_broken_stream(serve, how):
         else:
             conn.shutdown(socket.SHUT_RDWR)  # gone, without the chunked body's last chunk
 
-    ep = Endpoint(serve(script).url)
+    ep = Endpoint(scripted(script).url)
     seen = []
     with pytest.raises(StreamBroken) as err:
         for obj in ep.stream("/completion", {}):
@@ -131,7 +117,7 @@ def test_a_connection_cut_mid_answer_is_a_broken_stream(serve, how):
     assert "the server may have stopped or crashed" in str(err.value)
 
 
-def test_a_stream_the_server_ends_cleanly_just_ends(serve):
+def test_a_stream_the_server_ends_cleanly_just_ends(scripted):
     """Without [DONE]: the caller decides whether the answer was complete (StreamBroken.unfinished)."""
 
     def script(srv, conn, req):
@@ -139,11 +125,11 @@ def test_a_stream_the_server_ends_cleanly_just_ends(serve):
         event(conn, {"n": 1})
         end_stream(conn)
 
-    assert list(Endpoint(serve(script).url).stream("/completion", {})) == [{"n": 1}]
+    assert list(Endpoint(scripted(script).url).stream("/completion", {})) == [{"n": 1}]
 
 
 # -- the timeout is per read, not per answer -----------------------------------------------
-def test_a_slow_answer_longer_than_the_timeout_is_fine(serve):
+def test_a_slow_answer_longer_than_the_timeout_is_fine(scripted):
     def script(srv, conn, req):
         start_stream(conn)
         for i in range(10):  # 10 x 0.2 s: more than the timeout in all, an eighth of it between reads
@@ -153,17 +139,17 @@ def test_a_slow_answer_longer_than_the_timeout_is_fine(serve):
         end_stream(conn)
 
     t0 = time.monotonic()
-    got = list(Endpoint(serve(script).url, timeout=1.5).stream("/completion", {}))
+    got = list(Endpoint(scripted(script).url, timeout=1.5).stream("/completion", {}))
     assert [o["n"] for o in got] == list(range(10)) and time.monotonic() - t0 > 1.5
 
 
-def test_a_server_that_falls_silent_mid_answer_is_given_up(serve):
+def test_a_server_that_falls_silent_mid_answer_is_given_up(scripted):
     def script(srv, conn, req):
         start_stream(conn)
         event(conn, {"n": 1})
         srv.hold(conn)
 
-    srv = serve(script)
+    srv = scripted(script)
     ep = Endpoint(srv.url, timeout=0.75)
     seen = []
     t0 = time.monotonic()
@@ -175,8 +161,8 @@ def test_a_server_that_falls_silent_mid_answer_is_given_up(serve):
                               "(--timeout S waits longer)")
 
 
-def test_a_server_that_never_answers_is_given_up(serve):
-    ep = Endpoint(serve(lambda srv, conn, req: srv.hold(conn)).url, timeout=0.5)
+def test_a_server_that_never_answers_is_given_up(scripted):
+    ep = Endpoint(scripted(lambda srv, conn, req: srv.hold(conn)).url, timeout=0.5)
     for call in (lambda: ep.get_json("/v1/models"), lambda: list(ep.stream("/completion", {}))):
         with pytest.raises(ServerError, match=r"/v1/models|/completion") as err:
             call()
@@ -185,7 +171,7 @@ def test_a_server_that_never_answers_is_given_up(serve):
 
 # -- a stop from another thread ------------------------------------------------------------
 @pytest.mark.parametrize("when", ["mid-answer", "before the first byte"])
-def test_a_stop_lands_at_once_while_the_server_is_silent(serve, when):
+def test_a_stop_lands_at_once_while_the_server_is_silent(scripted, when):
     """The server sends nothing and would for a minute (a long prefill, a slow token): the stop
     ends the stream quietly within a fraction of a second, and the server sees the line closed
     (which is what makes llama-server and vLLM drop the request)."""
@@ -196,7 +182,7 @@ def test_a_stop_lands_at_once_while_the_server_is_silent(serve, when):
             event(conn, {"n": 1})
         srv.hold(conn)
 
-    srv = serve(script)
+    srv = scripted(script)
     ep = Endpoint(srv.url, timeout=60)
     cancel = threading.Event()
     before = watchers()
@@ -215,8 +201,8 @@ def test_a_stop_lands_at_once_while_the_server_is_silent(serve, when):
     assert watchers() == before  # the watcher thread ended with the stream
 
 
-def test_a_stream_stopped_before_it_starts_sends_nothing(serve):
-    srv = serve(lambda srv, conn, req: srv.hold(conn))
+def test_a_stream_stopped_before_it_starts_sends_nothing(scripted):
+    srv = scripted(lambda srv, conn, req: srv.hold(conn))
     cancel = threading.Event()
     cancel.set()
     assert list(Endpoint(srv.url).stream("/completion", {}, cancel)) == []
@@ -224,7 +210,7 @@ def test_a_stream_stopped_before_it_starts_sends_nothing(serve):
     assert srv.connections == 0
 
 
-def test_a_stream_that_ends_by_itself_leaves_no_watcher(serve):
+def test_a_stream_that_ends_by_itself_leaves_no_watcher(scripted):
     def script(srv, conn, req):
         start_stream(conn)
         event(conn, {"n": 1})
@@ -232,14 +218,14 @@ def test_a_stream_that_ends_by_itself_leaves_no_watcher(serve):
 
     before = watchers()
     cancel = threading.Event()
-    assert list(Endpoint(serve(script).url).stream("/completion", {}, cancel)) == [{"n": 1}]
+    assert list(Endpoint(scripted(script).url).stream("/completion", {}, cancel)) == [{"n": 1}]
     time.sleep(0.2)
     assert watchers() == before and not cancel.is_set()
 
 
 # -- what was sent -------------------------------------------------------------------------
-def test_a_proxy_prefix_and_the_key_reach_the_server(serve):
-    srv = serve(lambda srv, conn, req: answer(conn, 200, b'{"data": []}'))
+def test_a_proxy_prefix_and_the_key_reach_the_server(scripted):
+    srv = scripted(lambda srv, conn, req: answer(conn, 200, b'{"data": []}'))
     ep = Endpoint(srv.url + "/proxy/llm/v1/", api_key="sk-1")
     assert ep.url == srv.url + "/proxy/llm"
     assert ep.get_json("/v1/models") == {"data": []}
@@ -267,14 +253,14 @@ def certificate(tmp_path_factory):
     return server, d / "cert.pem"
 
 
-def test_tls_the_systems_trust_refuses_a_self_signed_server(serve, certificate):
-    srv = serve(lambda srv, conn, req: answer(conn, 200, b"{}"), tls=certificate[0])
+def test_tls_the_systems_trust_refuses_a_self_signed_server(scripted, certificate):
+    srv = scripted(lambda srv, conn, req: answer(conn, 200, b"{}"), tls=certificate[0])
     with pytest.raises(ServerError) as err:
         Endpoint(srv.url).get_json("/v1/models")
     assert str(err.value).startswith(f"the TLS connection to {srv.url} failed: [SSL: CERTIFICATE_VERIFY_FAILED]")
 
 
-def test_tls_a_trusted_server_streams_and_a_stop_lands_while_it_is_silent(serve, certificate, monkeypatch):
+def test_tls_a_trusted_server_streams_and_a_stop_lands_while_it_is_silent(scripted, certificate, monkeypatch):
     """The socket the watcher shuts is the TLS one (the plain socket is taken over by it)."""
     import specdec_core.remote.http as client
 
@@ -286,7 +272,7 @@ def test_tls_a_trusted_server_streams_and_a_stop_lands_while_it_is_silent(serve,
         event(conn, {"n": 1})
         srv.hold(conn)
 
-    srv = serve(script, tls=certificate[0])
+    srv = scripted(script, tls=certificate[0])
     cancel = threading.Event()
     t0 = time.monotonic()
     assert collect(Endpoint(srv.url, timeout=60).stream("/completion", {}, cancel), cancel, 0.3) == [{"n": 1}]

@@ -13,23 +13,10 @@ import threading
 import pytest
 
 from llama_server import free_port
-from scripted_server import ScriptedServer, answer
+from scripted_server import answer
 
 from specdec_core.remote.errors import HTTPStatusError, ServerError
 from specdec_core.remote.http import Endpoint
-
-
-@pytest.fixture
-def serve():
-    servers = []
-
-    def start(script, tls=None):
-        servers.append(ScriptedServer(script, tls))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def error_of(call) -> ServerError:
@@ -102,19 +89,19 @@ def test_tls_to_a_server_that_speaks_plain_http():
 
 
 @pytest.mark.parametrize("reply", [b"SSH-2.0-OpenSSH_9.6\r\n", b""])
-def test_something_that_is_not_an_http_server(serve, reply):
+def test_something_that_is_not_an_http_server(scripted, reply):
     def script(srv, conn, req):
         conn.sendall(reply)  # then the line is closed
 
-    ep = Endpoint(serve(script).url)
+    ep = Endpoint(scripted(script).url)
     for path, call in every_call(ep):
         msg = str(error_of(call))
         assert msg.startswith(f"{ep.url}{path} did not answer as an HTTP server (RemoteProtocolError")
         assert msg.endswith("); is this the address of an OpenAI-compatible server?")
 
 
-def test_an_answer_that_is_not_json(serve):
-    ep = Endpoint(serve(lambda srv, conn, req: answer(conn, 200, b"<html>\n  welcome\n</html>", "text/html")).url)
+def test_an_answer_that_is_not_json(scripted):
+    ep = Endpoint(scripted(lambda srv, conn, req: answer(conn, 200, b"<html>\n  welcome\n</html>", "text/html")).url)
     assert str(error_of(lambda: ep.get_json("/v1/models"))) == (
         f"{ep.url}/v1/models did not answer with JSON ('<html> welcome </html>'): is this an OpenAI-compatible "
         "server (llama.cpp's llama-server, vLLM)?")
@@ -143,24 +130,24 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("status, body, words", SHAPES)
-def test_an_http_error_says_what_the_server_said(serve, status, body, words):
+def test_an_http_error_says_what_the_server_said(scripted, status, body, words):
     raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
     reason = "Bad Gateway" if status == 502 else ""
-    ep = Endpoint(serve(lambda srv, conn, req: answer(conn, status, raw, reason=reason)).url)
+    ep = Endpoint(scripted(lambda srv, conn, req: answer(conn, status, raw, reason=reason)).url)
     for path, call in every_call(ep):
         err = error_of(call)
         assert isinstance(err, HTTPStatusError) and err.status == status
         assert str(err) == f"{ep.url}{path} answered {words}"
 
 
-def test_connect_passes_a_refused_key_on_and_names_what_else_is_wrong(serve):
+def test_connect_passes_a_refused_key_on_and_names_what_else_is_wrong(scripted):
     from specdec_core.remote import connect
 
-    srv = serve(lambda srv, conn, req: answer(conn, 401, b'{"error": "no key"}'))
+    srv = scripted(lambda srv, conn, req: answer(conn, 401, b'{"error": "no key"}'))
     with pytest.raises(HTTPStatusError) as err:
         connect(srv.url, api_key="wrong")
     assert str(err.value) == f"{srv.url}/v1/models answered HTTP 401 Unauthorized: no key" + KEY_HINT
     assert srv.requests[0].header("authorization") == "Bearer wrong"
-    srv = serve(lambda srv, conn, req: answer(conn, 404, b'{"detail": "Not Found"}'))
+    srv = scripted(lambda srv, conn, req: answer(conn, 404, b'{"detail": "Not Found"}'))
     with pytest.raises(ServerError, match=r"is not an OpenAI-compatible server \(.* answered HTTP 404 Not Found: "):
         connect(srv.url)
