@@ -70,7 +70,7 @@ SPEC_RUNNER = textwrap.dedent("""
     spec, work = sys.argv[1], sys.argv[2]
     hooks = types.ModuleType("PyInstaller.utils.hooks")
     hooks.collect_submodules = lambda name, filter=None: []
-    hooks.copy_metadata = lambda name: []
+    hooks.copy_metadata = lambda name: got.setdefault("copy_metadata", []).append(name) or []
     sys.modules.update({"PyInstaller": types.ModuleType("PyInstaller"),
                         "PyInstaller.utils": types.ModuleType("PyInstaller.utils"),
                         "PyInstaller.utils.hooks": hooks})
@@ -534,3 +534,15 @@ def test_the_code_reads_only_package_files_pyproject_ships():
     assert {"specdec_core/cpu/abi.py", "specdec_core/cpu/build.py"} <= file_users
     assert "specdec_core/cpu/kernels/sdcpu.h" in shipped and {
         f"specdec_core/cpu/kernels/{n}" for n in ("blocks.c", "quants.c", "forward.c", "features.c")} <= set(shipped)
+
+
+def test_the_bundle_carries_every_runtime_dependency_s_metadata(spec_run):
+    """Libraries read distribution metadata when imported (llguidance its own version; the
+    bundle without it answered every constrained request with PackageNotFoundError): the spec
+    copies it for each runtime dependency pyproject names."""
+    got, _ = spec_run
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    names = {re.split(r"[\s;<>=!~\[]", d, maxsplit=1)[0].lower() for d in deps}
+    assert {"llguidance", "transformers", "torch", "httpx"} <= names
+    assert names <= set(got["copy_metadata"])
