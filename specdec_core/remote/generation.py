@@ -130,6 +130,15 @@ def llama_body(prompt_ids: list[int], req: Request) -> dict:
     }
 
 
+
+def broken(gen: ServerGeneration, err: StreamBroken, stats: Callable[[str, str], ServerStats]) -> StreamBroken:
+    """An answer whose stream broke (or closed unfinished): the error keeps how many tokens came,
+    the generation keeps the error and `stats("error", message)` -- those tokens' figures."""
+    err.tokens = len(gen.events)
+    gen.error = err
+    gen.stats = stats("error", str(err))
+    return err
+
 def stream_llama(endpoint, prompt_ids: list[int], req: Request, base: dict) -> Callable:
     """A ServerGeneration run function over llama-server's /completion stream."""
 
@@ -175,16 +184,13 @@ def stream_llama(endpoint, prompt_ids: list[int], req: Request, base: dict) -> C
                         stop = "context_full"
                     break
         except StreamBroken as exc:
-            exc.tokens = len(gen.events)
-            gen.error = exc
-            gen.stats = _llama_stats(rb, timings, req, proposer, base, t0, t_first, t_last, "error", str(exc))
-            raise
+            raise broken(gen, exc, lambda stop, error: _llama_stats(rb, timings, req, proposer, base, t0, t_first,
+                                                                     t_last, stop, error))
         cancelled = req.cancel is not None and req.cancel.is_set()
         if final is None and not cancelled:
-            err = StreamBroken.unfinished(endpoint.url, len(gen.events))
-            gen.error = err
-            gen.stats = _llama_stats(rb, timings, req, proposer, base, t0, t_first, t_last, "error", str(err))
-            raise err
+            raise broken(gen, StreamBroken.unfinished(endpoint.url, len(gen.events)),
+                         lambda stop, error: _llama_stats(rb, timings, req, proposer, base, t0, t_first, t_last,
+                                                          stop, error))
         gen.stats = _llama_stats(rb, timings, req, proposer, base, t0, t_first, t_last,
                                  "cancelled" if cancelled else stop)
 
@@ -304,16 +310,13 @@ def stream_openai(endpoint, model: str, prompt, req: Request, base: dict, metric
                         yield TokenEvent(int(tok), text if last else "", TokenKind.SERVER, chunks, None, now - t0)
                     chunks += 1
         except StreamBroken as exc:
-            exc.tokens = len(gen.events)
-            gen.error = exc
-            gen.stats = _openai_stats(gen, usage, None, req, base, t0, t_first, t_last, "error", str(exc))
-            raise
+            raise broken(gen, exc, lambda stop, error: _openai_stats(gen, usage, None, req, base, t0, t_first, t_last,
+                                                                      stop, error))
         cancelled = req.cancel is not None and req.cancel.is_set()
         if not finish and not cancelled:
-            err = StreamBroken.unfinished(endpoint.url, len(gen.events))
-            gen.error = err
-            gen.stats = _openai_stats(gen, usage, None, req, base, t0, t_first, t_last, "error", str(err))
-            raise err
+            raise broken(gen, StreamBroken.unfinished(endpoint.url, len(gen.events)),
+                         lambda stop, error: _openai_stats(gen, usage, None, req, base, t0, t_first, t_last,
+                                                           stop, error))
         figures = None
         if spec is not None:
             figures = figures_from_vllm_request(spec)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from ..events import TokenEvent
 from ..serve.protocol import EXTENSION, request_to_wire, stats_from_wire, token_from_wire
 from .errors import ServerError, StreamBroken
-from .generation import Request, ServerGeneration, ServerStats
+from .generation import Request, ServerGeneration, ServerStats, broken
 
 
 def specdec_body(model: str, prompt_ids: list[int], req: Request) -> dict:
@@ -49,16 +49,11 @@ def stream_specdec(endpoint, model: str, prompt_ids: list[int], req: Request, ba
                 if choices and choices[0].get("finish_reason"):
                     final = ext
         except StreamBroken as exc:
-            exc.tokens = len(gen.events)
-            gen.error = exc
-            gen.stats = _cut(running, req, base, "error", str(exc))
-            raise
+            raise broken(gen, exc, lambda stop, error: _cut(running, req, base, stop, error))
         cancelled = req.cancel is not None and req.cancel.is_set()
         if final is None and not cancelled:
-            err = StreamBroken.unfinished(endpoint.url, len(gen.events))
-            gen.error = err
-            gen.stats = _cut(running, req, base, "error", str(err))
-            raise err
+            raise broken(gen, StreamBroken.unfinished(endpoint.url, len(gen.events)),
+                         lambda stop, error: _cut(running, req, base, stop, error))
         gen.stats = _cut(running, req, base, "cancelled") if final is None else _stats(final, base)
 
     return run
