@@ -6,7 +6,9 @@ server reported, and whether the user rewrote it.
 One typed value from the worker's signal to the side panel, the message header and the history:
 nothing reads figures through string keys. `to_dict` is the saved form (a message's `stats`
 column and a chat file's "stats": Stats.to_dict() with the app's keys beside, the format every
-release wrote), `from_dict` reads any of them back. No Qt, no torch.
+release wrote), `from_dict` reads any of them back under today's names. Three figures had other
+names before (specdec_core/renamed_figures.py): the history's migration and the chat file's
+reader rename them before they come here. No Qt, no torch.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from specdec_core.remote.generation import ServerStats  # light: no torch
 
 # the figures that depend on counting speculative steps apart: absent from rows an early build
 # saved (its τ meant another thing), and then not shown
-STEP_KEYS = ("speculative_steps", "speculative_step_tokens", "mean_accepted_per_step", "plain_steps",
+STEP_KEYS = ("speculative_steps", "speculative_step_tokens", "tokens_per_speculative_step", "plain_steps",
              "plain_step_share")
 
 

@@ -1,5 +1,6 @@
 """A chat as a JSON file: everything the app keeps of it, so it can be imported elsewhere as it
-was. The schema is documented in docs/chat-json.md ("format": "specdec-chat", "version": 1).
+was. The schema is documented in docs/chat-json.md ("format": "specdec-chat", "version": 2; a
+version-1 file, whose figures had three older names, is read too).
 
 What a file holds: the title, the system prompt, the pin, and every message on every branch
 (edited questions and regenerated answers are siblings under the same parent), each with its
@@ -21,13 +22,14 @@ import time
 from dataclasses import dataclass
 
 from specdec_core.events import Stats, TokenKind
+from specdec_core.renamed_figures import STATS_RENAMED, renamed_keys
 
 from . import figures
 from .answer_figures import AnswerFigures
 from .history import Attachment, Message, StoredToken
 
 FORMAT = "specdec-chat"
-VERSION = 1
+VERSION = 2  # 2: the figures proposed_tokens, accepted_tokens, tokens_per_speculative_step renamed
 MAX_BYTES = 256 * 1024 * 1024  # a chat file past this is refused before it is read
 KINDS = tuple(k.value for k in TokenKind)
 ROLES = ("user", "assistant")
@@ -129,7 +131,7 @@ _CHECKS = {
 }
 STATS_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Stats)}
 STATS_TYPES.update({name: "float" for name in ("tokens_per_second", "decode_tokens_per_second", "acceptance_rate",
-                                                "mean_accepted_per_step", "plain_step_share",
+                                                "tokens_per_speculative_step", "plain_step_share",
                                                 "mean_plain_step_seconds")})
 STATS_TYPES["plain_steps"] = "int"
 _APP_CHECKS = {
@@ -142,13 +144,20 @@ _APP_CHECKS = {
 }
 
 
-def _stats(v, where: str) -> AnswerFigures | None:
+def _renamed_in(version: int) -> dict[str, str]:
+    """The figures a file of `version` names otherwise than today -> today's names: a version-1
+    file's draft_tokens, accepted_draft_tokens, mean_accepted_per_step (docs/chat-json.md, Versions)."""
+    return STATS_RENAMED if version == 1 else {}
+
+
+def _stats(v, where: str, version: int) -> AnswerFigures | None:
     _need(isinstance(v, dict), where, "needs \"stats\" as an object")
-    for key, value in v.items():
-        check = _APP_CHECKS.get(key) or _CHECKS.get(STATS_TYPES.get(key, ""))
+    renamed = _renamed_in(version)
+    for key, value in v.items():  # the file's own names in what is said
+        check = _APP_CHECKS.get(key) or _CHECKS.get(STATS_TYPES.get(renamed.get(key, key), ""))
         _need(check is None or check(value), where, f"has a figure \"{key}\" of the wrong type")
     try:  # the typed figures, and what the window writes from them: the header, the side panel's numbers
-        fig = AnswerFigures.from_dict(v)
+        fig = AnswerFigures.from_dict(renamed_keys(v, renamed))
         if fig is not None:
             s = fig.stats
             figures.meta_line(fig), figures.sources(s), figures.alpha(s), figures.tau(s), figures.draft_length(s)
@@ -188,7 +197,7 @@ def _attachments(v, where: str) -> list[Attachment]:
     return out
 
 
-def _message(d, n: int, by_id: dict) -> Message:
+def _message(d, n: int, by_id: dict, version: int) -> Message:
     where = f"message {n}"
     _need(isinstance(d, dict), where, "is not an object")
     mid, parent = d.get("id"), d.get("parent")
@@ -200,9 +209,9 @@ def _message(d, n: int, by_id: dict) -> Message:
     _need(role in ROLES, where, f"has role {role!r}, not one of {', '.join(ROLES)}")
     state = {"streaming": "cut"}.get(d.get("state", ""), d.get("state", ""))
     _need(state in STATES, where, f"has state {d.get('state')!r}")
-    m = Message(role, _str(d, "content", where), _tokens(d.get("tokens", []), where),
-                _stats(d.get("stats", {}), where), None, by_id.get(parent) if parent is not None else None,
-                _attachments(d.get("attachments", []), where), state)
+    stats = _stats(d.get("stats", {}), where, version)
+    m = Message(role, _str(d, "content", where), _tokens(d.get("tokens", []), where), stats, None,
+                by_id.get(parent) if parent is not None else None, _attachments(d.get("attachments", []), where), state)
     by_id[mid] = m
     return m
 
@@ -214,13 +223,13 @@ def decode(data) -> ChatFile:
     version = data.get("version")
     _need(_is_int(version) and version >= 1, "This file", f"has no valid format version ({version!r})")
     _need(version <= VERSION, "This file", f"was written by a newer SpecDec Chat (format version {version}; "
-                                           f"this one reads {VERSION}): update the app to import it")
+                                           f"this one reads up to {VERSION}): update the app to import it")
     chat = data.get("chat")
     _need(isinstance(chat, dict), "This file", "holds no \"chat\" object")
     msgs = chat.get("messages", [])
     _need(isinstance(msgs, list), "The chat", "needs \"messages\" as a list")
     by_id: dict[int, Message] = {}
-    messages = [_message(d, n, by_id) for n, d in enumerate(msgs, 1)]
+    messages = [_message(d, n, by_id, version) for n, d in enumerate(msgs, 1)]
     leaf = chat.get("leaf")
     _need(leaf is None or (_is_int(leaf) and leaf in by_id), "The chat", f"shows message id {leaf!r}, which it lacks")
     pinned = chat.get("pinned", False)

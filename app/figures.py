@@ -19,8 +19,10 @@ DECODE_RATE = "tok/s decode"  # tokens after the first / time after the first to
 END_TO_END_RATE = "tok/s end-to-end"  # all tokens / whole generation time, prefill included
 DECODE_RATE_TIP = "decoding speed after the first token: (tokens − 1) / (time − time to the first token)"
 END_TO_END_RATE_TIP = "all new tokens / the whole generation time, the prompt's prefill included"
-ALPHA_TIP = "acceptance rate α: accepted / proposed draft tokens, over the steps that proposed something"
-TAU_TIP = "τ: tokens emitted per speculative step (a step that verified at least one proposed token)"
+ALPHA_TIP = ("acceptance rate α: accepted / proposed tokens (proposed by the draft model, prompt lookup or the "
+             "grammar), over the steps that proposed something")
+TAU_TIP = ("tokens per speculative step (τ): the tokens a step that verified at least one proposed token "
+           "emitted, its accepted ones and the target's corrected or bonus one")
 SOURCES_TIP = ("which source proposed each speculative step: lookup copies a continuation from the conversation, "
                "the draft model predicts one, a constrained answer's grammar forces one; per source, its steps and the proposed tokens the target kept "
                "(the engine's own counts)")
@@ -42,11 +44,11 @@ def speculative(stats: Stats) -> bool:
 
 
 def alpha(stats: Stats) -> str:
-    return f"{stats.acceptance_rate:.2f}" if speculative(stats) and stats.draft_tokens else "—"
+    return f"{stats.acceptance_rate:.2f}" if speculative(stats) and stats.proposed_tokens else "—"
 
 
 def tau(stats: Stats) -> str:
-    return f"{stats.mean_accepted_per_step:.2f}" if speculative(stats) and stats.speculative_steps else "—"
+    return f"{stats.tokens_per_speculative_step:.2f}" if speculative(stats) and stats.speculative_steps else "—"
 
 
 def draft_length(stats: Stats) -> str:

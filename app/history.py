@@ -1,6 +1,6 @@
 """Chats in SQLite under the user data folder (platformdirs), used from the GUI thread only.
 
-What is stored (schema version 2; `migrate` brings any earlier file there, in one transaction):
+What is stored (schema version 3; `migrate` brings any earlier file there, in one transaction):
 
 - chats: title, system prompt, pinned, and `leaf_id`, the last message of the branch the chat
   shows (its other branches stay in the file);
@@ -8,11 +8,11 @@ What is stored (schema version 2; `migrate` brings any earlier file there, in on
   first), so an edited question or a regenerated answer is a sibling of the one it replaces, and
   every version stays reachable. Each assistant token is stored with its kind, step, draft
   position and source ("lookup", "draft", "" for a plain step; absent in rows written before the
-  source was recorded), so colours come back after a restart. A user message keeps its attached
-  files (name and text). `state` is "streaming" while an answer is being written: it is saved
-  as it grows, and a row still "streaming" when the file is next opened is an answer the app
-  could not finish (killed, a power cut): it is marked "cut", with everything that reached the
-  disk;
+  source was recorded), so colours come back after a restart, and an answer's figures (the
+  typed AnswerFigures' saved form, JSON). A user message keeps its attached files (name and
+  text). `state` is "streaming" while an answer is being written: it is saved as it grows, and
+  a row still "streaming" when the file is next opened is an answer the app could not finish
+  (killed, a power cut): it is marked "cut", with everything that reached the disk;
 - messages_fts / chats_fts: an FTS5 index of message text and chat titles, kept by this module
   in the same transaction as each write (no triggers: a Python without FTS5 can still open the
   file and searches it with LIKE);
@@ -34,13 +34,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdec_core.renamed_figures import STATS_RENAMED, stats_under_current_names
+
 from .answer_figures import AnswerFigures
 from .answer_token import AnswerToken
 from .figures import meta_line
 
 APP_NAME = "specdec-chat"
 DB_NAME = "chats.sqlite3"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Version 1: the schema of the first releases (no PRAGMA user_version). Kept verbatim: a new file
 # is created as version 1 and goes through the same migrations as a user's old one.
@@ -77,6 +79,13 @@ UPDATE chats SET leaf_id = (SELECT MAX(m.id) FROM messages m WHERE m.chat_id = c
 CREATE INDEX IF NOT EXISTS messages_parent ON messages(chat_id, parent_id);
 CREATE TABLE IF NOT EXISTS prefs (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+# Version 3: three of the figures a message's `stats` holds renamed to say what they are
+# (draft_tokens -> proposed_tokens, accepted_draft_tokens -> accepted_tokens, mean_accepted_per_step
+# -> tokens_per_speculative_step; specdec_core/renamed_figures.py): each saved row rewritten under
+# the new names (migrate_v3), its values and its other keys as they were -- "settings" keeps k as
+# `draft_tokens`. No table changes.
+
 
 FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(content, tokenize = 'unicode61 remove_diacritics 2');
@@ -498,10 +507,26 @@ def migrate(db: sqlite3.Connection, fts: bool) -> int:
         script += MIGRATION_V2
     if fts:
         script += FTS_SCHEMA + FTS_FILL
-    script += f"PRAGMA user_version = {SCHEMA_VERSION};"
     with db:
         _executescript(db, script)
+        if start < 3:
+            migrate_v3(db)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return start
+
+
+def migrate_v3(db: sqlite3.Connection) -> None:
+    """Every saved answer's figures under today's names (inside the caller's transaction). A row
+    that is not a JSON object is left as it was: the migration renames, it does not judge."""
+    rows = db.execute("SELECT id, stats FROM messages WHERE stats IS NOT NULL").fetchall()
+    for mid, stats in rows:
+        try:
+            saved = json.loads(stats)
+        except ValueError:
+            continue
+        if isinstance(saved, dict) and any(old in saved for old in STATS_RENAMED):
+            renamed = json.dumps(stats_under_current_names(saved))
+            db.execute("UPDATE messages SET stats = ? WHERE id = ?", (renamed, mid))
 
 
 def _executescript(db: sqlite3.Connection, script: str) -> None:

@@ -93,7 +93,7 @@ class SidePanel(QScrollArea):
         self.m_speed = Metric(figures.DECODE_RATE, figures.DECODE_RATE_TIP)
         self.m_e2e = Metric(figures.END_TO_END_RATE, figures.END_TO_END_RATE_TIP)
         self.m_alpha = Metric("acceptance α", figures.ALPHA_TIP)
-        self.m_tau = Metric("tokens / step τ", figures.TAU_TIP)
+        self.m_tau = Metric("tokens / spec. step τ", figures.TAU_TIP)
         self.m_plain = Metric("plain steps", figures.PLAIN_TIP)
         self.m_k = Metric("draft length k", "draft length of the latest step (0: a plain step)")
         self.metrics = (self.m_speed, self.m_e2e, self.m_alpha, self.m_tau, self.m_plain, self.m_k)
@@ -282,14 +282,14 @@ class SidePanel(QScrollArea):
 
     def show_server_figures(self, fig: AnswerFigures) -> None:
         """After an answer from a server: what the server itself reported about it (its own
-        tok/s, drafted and accepted, where the figures came from), below the message's numbers."""
+        tok/s, proposed and accepted, where the figures came from), below the message's numbers."""
         server = fig.server
         if not server:
             return
         self.m_k.caption.setText("k (the server's)")  # not the hidden adaptive setting
         bits = [f"{html.escape(server.get('engine', '?'))} server"]
-        bits += [html.escape(note) for note in figure_notes(server, fig.stats.draft_tokens,
-                                                             fig.stats.accepted_draft_tokens)]
+        bits += [html.escape(note) for note in figure_notes(server, fig.stats.proposed_tokens,
+                                                             fig.stats.accepted_tokens)]
         if server.get("error"):
             bits.append(f"<b>cut off</b>: {html.escape(server['error'])}")
         text = self.summary.text()

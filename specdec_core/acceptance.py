@@ -39,7 +39,7 @@ from .sampling import sample_from
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """n_accepted draft tokens kept, then one target token: CORRECTED after a rejection, BONUS
+    """n_accepted proposed tokens kept, then one target token: CORRECTED after a rejection, BONUS
     after all k >= 1 proposals were kept, STANDARD when nothing was proposed (k = 0)."""
 
     n_accepted: int
@@ -47,13 +47,14 @@ class Verdict:
     next_kind: TokenKind
 
 
-def greedy_verify(draft_tokens: list[int], target_argmax: list[int]) -> Verdict:
-    """draft_tokens [k]; target_argmax [k+1]: the target's argmax after each prefix."""
-    k = len(draft_tokens)
+def greedy_verify(proposed: list[int], target_argmax: list[int]) -> Verdict:
+    """proposed [k]: the proposal's token ids (any source); target_argmax [k+1]: the target's argmax
+    after each prefix."""
+    k = len(proposed)
     if len(target_argmax) != k + 1:
         raise ValueError(f"need k+1={k + 1} target rows, got {len(target_argmax)}")
     n = 0
-    while n < k and draft_tokens[n] == target_argmax[n]:
+    while n < k and proposed[n] == target_argmax[n]:
         n += 1
     return Verdict(n, target_argmax[n], step_token_kind(k, n))
 
@@ -66,19 +67,19 @@ def step_token_kind(k: int, n_accepted: int) -> TokenKind:
 
 
 def accept_mask(
-    draft_tokens: torch.Tensor,  # [k] long
+    proposed: torch.Tensor,  # [k] long
     q_draft: torch.Tensor | None,  # [k, V] probabilities the draft sampled from; None = deterministic
     p_target: torch.Tensor,  # [k+1, V] (only the first k rows are read)
     u_accept: torch.Tensor,  # [k] uniforms in [0, 1)
 ) -> torch.Tensor:
     """[k] bool: whether each position, on its own, passes u < p(x)/q(x)."""
-    k = draft_tokens.shape[0]
+    k = proposed.shape[0]
     rows = torch.arange(k, device=p_target.device)
-    p_x = p_target[rows, draft_tokens].double()
+    p_x = p_target[rows, proposed].double()
     if q_draft is None:
         q_x = torch.ones_like(p_x)  # one-hot proposal: q(x) = 1
     else:
-        q_x = q_draft[rows, draft_tokens].double()
+        q_x = q_draft[rows, proposed].double()
     # u < p/q written as u*q < p so q = 0 never divides; q = 0 then rejects (0 < p is False
     # only when p = 0 too -- guard explicitly so a zero-q token is never accepted).
     return (u_accept.double() * q_x < p_x) & (q_x > 0)
@@ -100,20 +101,20 @@ def residual(p_row: torch.Tensor, q_row: torch.Tensor | None, rejected: int) -> 
 
 
 def speculative_verify(
-    draft_tokens: torch.Tensor,  # [k] long
+    proposed: torch.Tensor,  # [k] long
     q_draft: torch.Tensor | None,  # [k, V] or None for a deterministic proposer
     p_target: torch.Tensor,  # [k+1, V]
     u_accept: torch.Tensor,  # [k] uniforms for the acceptance tests
     u_next: float,  # one uniform for the corrected or bonus draw
 ) -> Verdict:
-    k = draft_tokens.shape[0]
+    k = proposed.shape[0]
     if p_target.shape[0] != k + 1:
         raise ValueError(f"need k+1={k + 1} target rows, got {p_target.shape[0]}")
-    ok = accept_mask(draft_tokens, q_draft, p_target, u_accept)
+    ok = accept_mask(proposed, q_draft, p_target, u_accept)
     rejected_at = torch.nonzero(~ok)
     if rejected_at.numel() == 0:
         return Verdict(k, sample_from(p_target[k], u_next), step_token_kind(k, k))
     n = int(rejected_at[0])
     q_row = None if q_draft is None else q_draft[n]
-    r = residual(p_target[n], q_row, int(draft_tokens[n]))
+    r = residual(p_target[n], q_row, int(proposed[n]))
     return Verdict(n, sample_from(r, u_next), step_token_kind(k, n))

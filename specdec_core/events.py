@@ -139,8 +139,10 @@ class Stats:
     new_tokens: int = 0
     seconds: float = 0.0  # generation so far: prefill + decoding up to the end of the latest step, no model loading
     prefill_seconds: float = 0.0  # time to the first token (the target's prompt prefill)
-    draft_tokens: int = 0  # proposed tokens that reached verification
-    accepted_draft_tokens: int = 0
+    # proposed tokens (of any source: the draft model, prompt lookup, the grammar) that reached
+    # verification, and those of them the target kept
+    proposed_tokens: int = 0
+    accepted_tokens: int = 0
     target_forward_passes: int = 0  # every step, the prefill included
     draft_forward_passes: int = 0
     speculative_steps: int = 0  # steps that verified k >= 1 proposed tokens
@@ -193,10 +195,10 @@ class Stats:
     @property
     def acceptance_rate(self) -> float:
         """alpha = accepted / proposed, over the speculative steps (0 when nothing was proposed)."""
-        return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
+        return self.accepted_tokens / self.proposed_tokens if self.proposed_tokens else 0.0
 
     @property
-    def mean_accepted_per_step(self) -> float:
+    def tokens_per_speculative_step(self) -> float:
         """tau = tokens emitted per speculative step (0 when none): plain steps emit one token
         each by definition and are counted apart (`plain_steps`, `plain_step_share`)."""
         return self.speculative_step_tokens / self.speculative_steps if self.speculative_steps else 0.0
@@ -221,7 +223,7 @@ class Stats:
             tokens_per_second=self.tokens_per_second,
             decode_tokens_per_second=self.decode_tokens_per_second,
             acceptance_rate=self.acceptance_rate,
-            mean_accepted_per_step=self.mean_accepted_per_step,
+            tokens_per_speculative_step=self.tokens_per_speculative_step,
             plain_steps=self.plain_steps,
             plain_step_share=self.plain_step_share,
             per_position_acceptance=self.per_position_acceptance,

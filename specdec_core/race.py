@@ -150,7 +150,7 @@ class RaceResult:
                 "near_tie": d.is_near_tie(self.near_tie_margin),
             },
             "acceptance_rate": spec.acceptance_rate if spec else 0.0,
-            "mean_accepted_per_step": spec.mean_accepted_per_step if spec else 0.0,
+            "tokens_per_speculative_step": spec.tokens_per_speculative_step if spec else 0.0,
             "plain_step_share": spec.plain_step_share if spec else 0.0,
             "verdict": self.verdict,
             "proposer": self.proposer,

@@ -31,8 +31,8 @@ def _count_proposals(stats: Stats, r: StepResult) -> None:
         counts[r.source] = counts.get(r.source, 0) + add
     stats.speculative_steps += 1
     stats.speculative_step_tokens += len(r.tokens)
-    stats.draft_tokens += k
-    stats.accepted_draft_tokens += n
+    stats.proposed_tokens += k
+    stats.accepted_tokens += n
     stats.draft_lengths.append(k)
     _grow(stats.per_position_proposed, k)
     _grow(stats.per_position_accepted, k)

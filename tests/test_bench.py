@@ -18,7 +18,7 @@ PROMPTS = [
         {"role": "user", "content": "and the hat"}]},
 ]
 ROW_KEYS = {"category", "prompt_id", "mode", "draft_tokens", "tokens_per_second", "decode_tokens_per_second",
-            "latency_s", "ttft_s", "acceptance_rate", "mean_accepted_per_step", "plain_step_share",
+            "latency_s", "ttft_s", "acceptance_rate", "tokens_per_speculative_step", "plain_step_share",
             "peak_memory_bytes", "identical_to_standard",
             "per_position_acceptance", "target_forward_passes", "draft_forward_passes", "repeats", "stats"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -67,6 +67,8 @@ def test_report_schema(greedy_report):
     out, rep = greedy_report
     for key in ("machine", "models", "command", "settings", "modes", "rows", "summary", "warmup"):
         assert key in rep, key
+    # schema 2: tau is tokens_per_speculative_step wherever it stands (schema 1: mean_accepted_per_step)
+    assert rep["schema"] == 2 and "mean_accepted_per_step" not in json.dumps(rep)
     m = rep["machine"]
     for key in ("cpu_model", "cores_logical", "gpu", "torch", "transformers", "python"):
         assert key in m, key
@@ -97,7 +99,7 @@ def test_report_schema(greedy_report):
             assert row["draft_forward_passes"] > 0
         if row["kind"] == "standard":
             assert row["acceptance_rate"] is None and row["draft_forward_passes"] == 0
-            assert row["mean_accepted_per_step"] is None and row["plain_step_share"] is None  # nothing proposed
+            assert row["tokens_per_speculative_step"] is None and row["plain_step_share"] is None  # nothing proposed
         assert row["decode_tokens_per_second"] > 0
         if row["kind"] in ("standard", "default", "speculative", "prompt-lookup"):  # ours: the engine's Stats
             kinds = row["repeats"][0]["kinds"]
@@ -349,7 +351,7 @@ def test_a_run_that_proposed_nothing_has_no_alpha_or_tau():
     prompt = BenchPrompt("p", "chat", ({"role": "user", "content": "hello"},))
     rec = run_one(engine, prompt, Mode("prompt-lookup k=4", PROMPT_LOOKUP, 4), DecodeSettings(3), memory)
     assert rec["kinds"]["standard"] == rec["new_tokens"] == 3  # no match anywhere: every step plain
-    assert rec["acceptance_rate"] is None and rec["mean_accepted_per_step"] is None
+    assert rec["acceptance_rate"] is None and rec["tokens_per_speculative_step"] is None
     assert rec["plain_step_share"] == 1.0
 
 

@@ -131,7 +131,7 @@ def test_quantized_target_decodes_in_both_modes(pair, quant):
     accepted = 0
     for k in (1, 4, "adaptive"):
         spec = engine.generate(prompt, DecodeSettings(max_new_tokens=n, draft_tokens=k)).run()
-        accepted += spec.stats.accepted_draft_tokens
+        accepted += spec.stats.accepted_tokens
         assert_same_or_near_tie(std, spec, tolerance)
         lookup = engine.generate(prompt, DecodeSettings(max_new_tokens=n, draft_tokens=k,
                                                               proposer="prompt-lookup")).run()

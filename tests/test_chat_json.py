@@ -43,9 +43,9 @@ def branched_chat() -> ChatFile:
     q1 = conv.add(Message("user", "the cat", attachments=[Attachment("notes.txt", "mat\nhat\n", 8, "file"),
                                                           Attachment("paste 1", "x" * 30, 30, "paste")]), None)
     stats = {"mode": "speculative", "proposer": "lookup+draft", "new_tokens": 4, "seconds": 0.5,
-             "prefill_seconds": 0.1, "draft_tokens": 3, "accepted_draft_tokens": 2, "speculative_steps": 1,
+             "prefill_seconds": 0.1, "proposed_tokens": 3, "accepted_tokens": 2, "speculative_steps": 1,
              "speculative_step_tokens": 3, "target_forward_passes": 2, "acceptance_rate": 2 / 3,
-             "mean_accepted_per_step": 3.0, "plain_step_share": 0.5, "plain_steps": 1, "last_draft_length": 3,
+             "tokens_per_speculative_step": 3.0, "plain_step_share": 0.5, "plain_steps": 1, "last_draft_length": 3,
              "per_position_acceptance": [1.0, 1.0, 0.0], "steps_by_source": {"draft": 1},
              "proposed_by_source": {"draft": 3}, "accepted_by_source": {"draft": 2}, "stop_reason": "eos",
              "decode_tokens_per_second": 7.5, "tokens_per_second": 8.0,
@@ -77,7 +77,7 @@ def test_a_small_chat_is_written_exactly_as_documented():
     data = chat_json.encode(ChatFile("t", "sp", [q, a], a), "9.9")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", data.pop("exported_at"))
     assert data == {
-        "format": "specdec-chat", "version": 1, "app_version": "9.9",
+        "format": "specdec-chat", "version": 2, "app_version": "9.9",
         "chat": {"title": "t", "system_prompt": "sp", "pinned": False, "leaf": 1, "messages": [
             {"id": 0, "parent": None, "role": "user", "content": "hi", "state": "",
              "attachments": [{"name": "a.py", "text": "print(1)\n", "bytes": 9, "origin": "file"}],
@@ -148,7 +148,7 @@ REFUSED = [
     ("[" * 100_000 + "]" * 100_000, "not JSON|nests too deeply"),
     ({"messages": []}, "not a SpecDec Chat export"),
     (broken(set_in(["format"], "other-chat")), "not a SpecDec Chat export"),
-    (broken(set_in(["version"], 2)), "newer SpecDec Chat \\(format version 2"),
+    (broken(set_in(["version"], 3)), "newer SpecDec Chat \\(format version 3; this one reads up to 2\\)"),
     (broken(set_in(["version"], "1")), "no valid format version"),
     (broken(set_in(["chat"], [])), "no \"chat\" object"),
     (broken(set_in(["chat", "messages"], {})), "\"messages\" as a list"),
@@ -190,10 +190,10 @@ def test_figures_are_read_typed_and_derived_ones_follow_from_the_counts():
     data = good()
     figs = data["chat"]["messages"][1]["stats"]
     del figs["acceptance_rate"]
-    figs["mean_accepted_per_step"] = 99.0  # not what its counts say
+    figs["tokens_per_speculative_step"] = 99.0  # not what its counts say
     fig = chat_json.decode(data).messages[1].figures
     assert isinstance(fig, AnswerFigures) and isinstance(fig.stats, Stats)
-    assert (fig.stats.acceptance_rate, fig.stats.mean_accepted_per_step) == (2 / 3, 3.0)
+    assert (fig.stats.acceptance_rate, fig.stats.tokens_per_speculative_step) == (2 / 3, 3.0)
     assert fig.settings["draft_tokens"] == "adaptive" and fig.series == [(0.2, 5.0), (0.5, 7.5)]
     old = chat_json.decode(good()).messages[2].figures  # {"mode", "stop_reason", "new_tokens"} only
     assert not old.steps_counted and "τ" not in figures.meta_line(dataclasses.replace(
@@ -212,6 +212,64 @@ def test_unknown_keys_are_ignored_and_absent_optional_ones_default():
     q2 = chat.messages[3]
     assert (q2.state, q2.attachments, q2.tokens, q2.figures) == ("", [], [], None)
     assert chat.messages[1].tokens[0].source is None
+
+
+# -- version 1 ---------------------------------------------------------------------------------
+# A file the first release wrote: its figures under the three names version 2 renamed.
+V1_STATS = {"mode": "speculative", "proposer": "draft", "new_tokens": 5, "seconds": 0.5, "prefill_seconds": 0.1,
+            "draft_tokens": 6, "accepted_draft_tokens": 3, "target_forward_passes": 3, "speculative_steps": 2,
+            "speculative_step_tokens": 5, "per_position_proposed": [2, 2, 2], "per_position_accepted": [2, 1, 0],
+            "stop_reason": "eos", "tokens_per_second": 10.0, "acceptance_rate": 0.5, "mean_accepted_per_step": 2.5,
+            "plain_steps": 1, "plain_step_share": 1 / 3,
+            "settings": {"max_new_tokens": 32, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "draft_tokens": 3,
+                         "seed": 1},
+            "series": [[0.5, 10.0]]}
+V2_NAMES = {"draft_tokens": "proposed_tokens", "accepted_draft_tokens": "accepted_tokens",
+            "mean_accepted_per_step": "tokens_per_speculative_step"}
+
+
+def v1_file(stats: dict) -> dict:
+    return {"format": "specdec-chat", "version": 1, "exported_at": "2025-06-01T10:00:00+0000", "app_version": "0.1.0",
+            "chat": {"title": "old", "system_prompt": "", "pinned": False, "leaf": 1, "messages": [
+                {"id": 0, "parent": None, "role": "user", "content": "q", "state": "", "attachments": [],
+                 "tokens": [], "stats": {}},
+                {"id": 1, "parent": 0, "role": "assistant", "content": "a", "state": "", "attachments": [],
+                 "tokens": [{"id": 3, "text": "a", "kind": "standard", "step": 0, "draft_position": None}],
+                 "stats": stats}]}}
+
+
+def test_a_version_1_file_reads_back_under_the_new_names_and_is_written_as_version_2():
+    """The three renamed figures of a version-1 file read back under their new names, every
+    value as written and the settings' k (draft_tokens) untouched; written again, the file is
+    version 2 with exactly those keys."""
+    fig = chat_json.loads(json.dumps(v1_file(V1_STATS))).leaf.figures
+    s = fig.stats
+    assert (s.proposed_tokens, s.accepted_tokens, s.acceptance_rate, s.tokens_per_speculative_step) == (6, 3, 0.5, 2.5)
+    assert fig.steps_counted and fig.draft_setting == 3 and "τ 2.50" in figures.meta_line(fig)
+    chat = chat_json.loads(json.dumps(v1_file(V1_STATS)))
+    again = json.loads(chat_json.dumps(chat))
+    assert again["version"] == 2
+    written = again["chat"]["messages"][1]["stats"]
+    want = {V2_NAMES.get(k, k): v for k, v in V1_STATS.items()}
+    assert {k: written[k] for k in want} == want and not set(V2_NAMES) & set(written)
+    assert written["settings"] == V1_STATS["settings"]  # k keeps its name
+    # a wrong type under an old name is still refused, in one line naming the figure as the file does
+    bad = v1_file({**V1_STATS, "draft_tokens": "six"})
+    with pytest.raises(ChatFileError, match="message 2 has a figure \"draft_tokens\" of the wrong type"):
+        chat_json.decode(bad)
+
+
+def test_a_version_2_file_reads_the_new_names_only():
+    """Version 2 writes the new names and nothing under the old ones; an old name in a version-2
+    file is a key it does not know (ignored), not a figure."""
+    data = good()
+    stats = data["chat"]["messages"][1]["stats"]
+    assert data["version"] == 2 and (stats["proposed_tokens"], stats["accepted_tokens"]) == (3, 2)
+    assert stats["tokens_per_speculative_step"] == 3.0 and not set(V2_NAMES) & set(stats)
+    for old, new in V2_NAMES.items():
+        stats[old] = stats.pop(new)
+    fig = chat_json.decode(data).messages[1].figures
+    assert (fig.stats.proposed_tokens, fig.stats.accepted_tokens, fig.stats.acceptance_rate) == (0, 0, 0.0)
 
 
 # -- written to the History -------------------------------------------------------------------

@@ -38,8 +38,8 @@ def test_json_lines_per_sample(pair, capsys):
         # the first token is the target's prefill alone; a bonus needs all of a step's k >= 1 kept
         assert kinds[0] == "standard" and set(kinds) <= {"accepted", "corrected", "bonus", "standard"}
         assert kinds.count("bonus") <= kinds.count("accepted")
-        for key in ("new_tokens", "seconds", "tokens_per_second", "decode_tokens_per_second", "draft_tokens",
-                    "accepted_draft_tokens", "acceptance_rate", "mean_accepted_per_step", "plain_steps",
+        for key in ("new_tokens", "seconds", "tokens_per_second", "decode_tokens_per_second", "proposed_tokens",
+                    "accepted_tokens", "acceptance_rate", "tokens_per_speculative_step", "plain_steps",
                     "plain_step_share", "target_forward_passes", "draft_forward_passes", "per_position_accepted"):
             assert key in obj["stats"], key
         assert obj["stats"]["plain_steps"] == kinds.count("standard")
@@ -116,7 +116,7 @@ def test_stats_line_labels_every_figure():
     from specdec_core.events import Stats
 
     s = Stats(new_tokens=11, seconds=3.0, prefill_seconds=1.0, target_forward_passes=5, speculative_steps=3,
-              speculative_step_tokens=10, draft_tokens=12, accepted_draft_tokens=7, mode="speculative",
+              speculative_step_tokens=10, proposed_tokens=12, accepted_tokens=7, mode="speculative",
               stop_reason="eos")
     assert stats_line(s) == ("[speculative] 11 tokens in 3.00s (5.0 tok/s decode, 3.7 tok/s end-to-end), "
                              "acceptance 58%, 3.33 tokens per speculative step, 40% plain steps, "

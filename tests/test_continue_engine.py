@@ -105,13 +105,13 @@ def test_a_seeded_detokenizer_hands_out_only_what_follows_the_seed(engine):
 
 
 def test_two_parts_figures_join_into_one_answers():
-    first = Stats(new_tokens=10, seconds=2.0, prefill_seconds=0.5, draft_tokens=8, accepted_draft_tokens=6,
+    first = Stats(new_tokens=10, seconds=2.0, prefill_seconds=0.5, proposed_tokens=8, accepted_tokens=6,
                   target_forward_passes=5, draft_forward_passes=8, speculative_steps=3, speculative_step_tokens=9,
                   per_position_proposed=[3, 3, 2], per_position_accepted=[3, 2, 1], draft_lengths=[3, 3, 2],
                   last_draft_length=2, stop_reason="cancelled", reused_prompt_tokens=40, mode="speculative",
                   proposer="lookup+draft", steps_by_source={"draft": 3}, proposed_by_source={"draft": 8},
                   accepted_by_source={"draft": 6}, seconds_by_source={"draft": 1.0})
-    then = Stats(new_tokens=6, seconds=1.0, prefill_seconds=0.1, draft_tokens=4, accepted_draft_tokens=4,
+    then = Stats(new_tokens=6, seconds=1.0, prefill_seconds=0.1, proposed_tokens=4, accepted_tokens=4,
                  target_forward_passes=3, speculative_steps=1, speculative_step_tokens=5,
                  per_position_proposed=[1, 1, 1, 1], per_position_accepted=[1, 1, 1, 1], draft_lengths=[4],
                  last_draft_length=0, stop_reason="max_new_tokens", reused_prompt_tokens=59, mode="speculative",
@@ -119,8 +119,8 @@ def test_two_parts_figures_join_into_one_answers():
                  accepted_by_source={"lookup": 4}, seconds_by_source={"lookup": 0.2})
     both = first.joined(then)
     assert (both.new_tokens, both.seconds, both.prefill_seconds) == (16, 3.0, pytest.approx(0.6))
-    assert (both.draft_tokens, both.accepted_draft_tokens, both.acceptance_rate) == (12, 10, pytest.approx(10 / 12))
-    assert (both.speculative_steps, both.mean_accepted_per_step) == (4, pytest.approx(14 / 4))
+    assert (both.proposed_tokens, both.accepted_tokens, both.acceptance_rate) == (12, 10, pytest.approx(10 / 12))
+    assert (both.speculative_steps, both.tokens_per_speculative_step) == (4, pytest.approx(14 / 4))
     assert both.target_forward_passes == 8 and both.plain_steps == 4 and both.plain_step_share == 0.5
     assert both.per_position_proposed == [4, 4, 3, 1] and both.per_position_accepted == [4, 3, 2, 1]
     assert both.draft_lengths == [3, 3, 2, 4] and both.last_draft_length == 0

@@ -188,7 +188,7 @@ def test_greedy_speculative_equals_standard_through_engine_load(tmp_path_factory
         standard = engine.generate(ids, settings.replace(mode="standard")).run()
         spec = engine.generate(ids, settings).run()
         assert spec.token_ids == standard.token_ids, prompt
-        assert spec.stats.draft_tokens > 0
+        assert spec.stats.proposed_tokens > 0
     assert clock.passes > 0  # the lean forwards ran on the pinned clock
 
 

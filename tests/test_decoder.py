@@ -97,7 +97,7 @@ def test_draft_identical_to_target_never_rejects(tiny, k):
         g = dec.generate(prompt, DecodeSettings(max_new_tokens=20, draft_tokens=k), prop).run()
         assert "corrected" not in g.kinds
         assert g.stats.acceptance_rate == 1.0
-        assert g.stats.accepted_draft_tokens == g.stats.draft_tokens > 0
+        assert g.stats.accepted_tokens == g.stats.proposed_tokens > 0
 
 
 def test_identical_draft_never_rejects_when_sampling(tiny):
@@ -116,21 +116,21 @@ def test_stats_add_up(tiny):
     s = g.stats
     kinds = g.kinds
     assert s.new_tokens == len(g.token_ids) == 30 and s.stop_reason == "max_new_tokens"
-    assert s.accepted_draft_tokens == kinds.count("accepted")
+    assert s.accepted_tokens == kinds.count("accepted")
     # every target pass emits exactly one non-accepted token: corrected or bonus after a
     # proposal, standard in a plain step (the prefill; the last step when only one token is left)
     assert kinds.count("corrected") + kinds.count("bonus") == s.speculative_steps == len(s.draft_lengths)
     assert kinds.count("standard") == s.plain_steps == s.target_forward_passes - s.speculative_steps >= 1
     assert s.plain_step_share == pytest.approx(s.plain_steps / s.target_forward_passes)
-    assert s.draft_tokens == sum(s.draft_lengths)
+    assert s.proposed_tokens == sum(s.draft_lengths)
     assert s.per_position_proposed[0] == len(s.draft_lengths)
-    assert sum(s.per_position_accepted) == s.accepted_draft_tokens
+    assert sum(s.per_position_accepted) == s.accepted_tokens
     # tau counts the speculative steps only: their tokens over their number
     assert s.speculative_step_tokens == 30 - s.plain_steps
-    assert s.mean_accepted_per_step == pytest.approx((30 - s.plain_steps) / s.speculative_steps)
+    assert s.tokens_per_speculative_step == pytest.approx((30 - s.plain_steps) / s.speculative_steps)
     # the draft ran k passes per step, and one more for its read of the prompt (a pass of its
     # own, before its first drafted token: what starting late costs is timed apart)
-    assert s.draft_forward_passes == s.draft_tokens + 1
+    assert s.draft_forward_passes == s.proposed_tokens + 1
     steps = [e.step for e in g.events]
     assert steps == sorted(steps)
     # each event knows its step's k: the first event of every step carries that step's k
@@ -185,12 +185,12 @@ def test_a_draft_the_target_rejects_earns_no_bonus(tiny, monkeypatch):
     prop = DraftModelProposer(tiny.draft, tiny.vocab, clock=clock)
     g = dec.generate(PROMPTS[0], DecodeSettings(max_new_tokens=60, draft_tokens="adaptive"), prop).run()
     kinds, s = g.kinds, g.stats
-    assert s.draft_tokens > 0  # it tried ...
+    assert s.proposed_tokens > 0  # it tried ...
     assert kinds.count("standard") > kinds.count("accepted")  # ... and the fallback happened
     assert kinds.count("bonus") <= kinds.count("accepted")
     assert_truthful_kinds(g.events)
     # alpha and tau count only the steps that proposed something; the plain share is apart
-    assert s.acceptance_rate == pytest.approx(kinds.count("accepted") / s.draft_tokens)
+    assert s.acceptance_rate == pytest.approx(kinds.count("accepted") / s.proposed_tokens)
     assert s.plain_step_share > 0.5 and s.plain_steps == kinds.count("standard")
 
 
@@ -211,7 +211,7 @@ def test_running_stats_count_exactly_the_tokens_handed_out(tiny):
     for step, (n, snap) in last_of_step.items():
         upto = seen[:n]
         assert snap.new_tokens == n and snap.target_forward_passes == step + 1
-        assert snap.accepted_draft_tokens == sum(e.kind is TokenKind.ACCEPTED for e in upto)
+        assert snap.accepted_tokens == sum(e.kind is TokenKind.ACCEPTED for e in upto)
         assert snap.plain_steps == sum(e.kind is TokenKind.STANDARD for e in upto)
         assert snap.seconds >= upto[-1].t and snap.prefill_seconds == g.stats.prefill_seconds
         assert snap.stop_reason == ("" if n < 25 else "max_new_tokens")
@@ -228,8 +228,8 @@ def test_the_two_rates_hand_checked():
     assert one.decode_tokens_per_second == 0.0 and one.tokens_per_second == 1.0
     # tau over speculative steps: 3 steps emitted 10 tokens; 2 plain steps of 5 are apart
     t = Stats(new_tokens=12, target_forward_passes=5, speculative_steps=3, speculative_step_tokens=10,
-              draft_tokens=12, accepted_draft_tokens=7)
-    assert t.mean_accepted_per_step == pytest.approx(10 / 3) and t.plain_steps == 2
+              proposed_tokens=12, accepted_tokens=7)
+    assert t.tokens_per_speculative_step == pytest.approx(10 / 3) and t.plain_steps == 2
     assert t.plain_step_share == pytest.approx(0.4) and t.acceptance_rate == pytest.approx(7 / 12)
 
 

@@ -128,12 +128,12 @@ def test_the_controller_decides_from_the_decoder_s_clock(tiny, monkeypatch):
     settings = DecodeSettings(max_new_tokens=40, draft_tokens="adaptive")
     clock, dec, prop = _pinned(tiny, monkeypatch, (0.02, 0.0005), (0.001, 0.0001))
     cheap = dec.generate(PROMPTS[0], settings, prop).run()
-    assert cheap.stats.draft_tokens > 0 and cheap.stats.accepted_draft_tokens > 0
+    assert cheap.stats.proposed_tokens > 0 and cheap.stats.accepted_tokens > 0
     assert cheap.stats.prefill_seconds == pytest.approx(0.02 + 0.0005 * len(PROMPTS[0]))
     assert cheap.stats.seconds == pytest.approx(clock.now) and cheap.events[-1].t == pytest.approx(clock.now)
     clock, dec, prop = _pinned(tiny, monkeypatch, (0.001, 0.02), (0.001, 0.0001))
     dear = dec.generate(PROMPTS[0], settings, prop).run()
-    assert dear.stats.draft_tokens == 0 and prop.lm.forward_passes == 0
+    assert dear.stats.proposed_tokens == 0 and prop.lm.forward_passes == 0
     assert dear.token_ids == cheap.token_ids  # and either way, the target's greedy text
 
 

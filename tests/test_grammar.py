@@ -202,7 +202,7 @@ def test_sampled_tokens_follow_the_masked_distribution(json_pair, params):
         g = dec.generate(prompt, s, prop).run()
         firsts.append(g.token_ids[0])
         seconds.append(g.token_ids[1])
-        accepted += g.stats.accepted_draft_tokens
+        accepted += g.stats.accepted_tokens
     assert gof_pvalue(firsts, p1) > P_MIN and gof_pvalue(seconds, p2) > P_MIN
     assert 0.1 * N < accepted < 1.9 * N  # the draft is kept sometimes and rejected sometimes
     # power: the unmasked target's distribution is another one, and the test sees it

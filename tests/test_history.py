@@ -19,6 +19,18 @@ from app.history import (HIGHLIGHT, SCHEMA_VERSION, Attachment, History, Message
 V1 = Path(__file__).resolve().parent / "data" / "history-v1" / "chats.sqlite3"
 
 
+# the three figures renamed in schema 3 (and chat files of version 2), stated here apart from the
+# code under test: the file's key -> the key it reads back under
+RENAMED = {"draft_tokens": "proposed_tokens", "accepted_draft_tokens": "accepted_tokens",
+           "mean_accepted_per_step": "tokens_per_speculative_step"}
+
+
+def under_new_names(saved: dict) -> dict:
+    """A saved answer's figures as they read back: the three renamed, in place, values as saved;
+    nested dicts (its settings, whose draft_tokens is k) untouched."""
+    return {RENAMED.get(k, k): v for k, v in saved.items()}
+
+
 def v1_copy(tmp_path: Path) -> Path:
     folder = tmp_path / "old"
     folder.mkdir()
@@ -60,13 +72,21 @@ def test_a_database_of_the_previous_release_opens_with_every_message_and_colour(
         for m, (mid, role, content, tokens, stats) in zip(path, rows):
             assert (m.role, m.content) == (role, content)
             # every figure that release saved reads back the same through the typed value (the
-            # rates and shares recomputed from the counts), and is saved again as it was
+            # rates and shares recomputed from the counts), under today's names, and is saved
+            # again as it was, under them; the row itself now holds exactly that
             saved = json.loads(stats) if stats else None
             assert (m.figures is None) == (saved is None)
             if saved is not None:
-                assert isinstance(m.figures.stats, Stats) and m.figures.stats.new_tokens == saved["new_tokens"]
+                s = m.figures.stats
+                assert isinstance(s, Stats) and s.new_tokens == saved["new_tokens"]
+                assert (s.proposed_tokens, s.accepted_tokens) == (saved["draft_tokens"], saved["accepted_draft_tokens"])
+                assert s.tokens_per_speculative_step == pytest.approx(saved["mean_accepted_per_step"])
+                assert m.figures.draft_setting == saved["settings"]["draft_tokens"]  # k keeps its name
                 again = m.figures.to_dict()
-                assert {k: again[k] for k in saved} == saved
+                want = under_new_names(saved)
+                assert {k: again[k] for k in want} == want and not set(RENAMED) & set(again)
+                row = h.db.execute("SELECT stats FROM messages WHERE id = ?", (mid,)).fetchone()[0]
+                assert json.loads(row) == want
             old = json.loads(tokens) if tokens else []
             assert [[t.token_id, t.text, t.kind, t.step, t.draft_position] for t in m.tokens] == old
             assert all(t.source is None for t in m.tokens)  # not recorded by that release
@@ -112,6 +132,93 @@ def test_a_database_from_a_newer_release_is_refused_not_damaged(tmp_path):
     db.close()
     with pytest.raises(SaveError, match="newer SpecDec Chat"):
         History(tmp_path)
+
+
+# The previous release's figures as its window saved them (schema 2): Stats.to_dict() under the
+# old names with the app's keys beside; an early build's row without the step counts; an edit.
+V2_SPECULATIVE = {
+    "new_tokens": 9, "seconds": 0.75, "prefill_seconds": 0.125, "draft_tokens": 8, "accepted_draft_tokens": 5,
+    "target_forward_passes": 4, "draft_forward_passes": 9, "speculative_steps": 3, "speculative_step_tokens": 8,
+    "per_position_proposed": [3, 3, 2], "per_position_accepted": [3, 2, 0], "draft_lengths": [3, 3, 2],
+    "last_draft_length": 2, "stop_reason": "eos", "reused_prompt_tokens": 0, "mode": "speculative",
+    "proposer": "lookup+draft", "steps_by_source": {"lookup": 1, "draft": 2},
+    "proposed_by_source": {"lookup": 3, "draft": 5}, "accepted_by_source": {"lookup": 2, "draft": 3},
+    "seconds_by_source": {"lookup": 0.125, "draft": 0.375}, "catchup_seconds": 0.0625, "catchup_tokens": 2,
+    "plain_step_seconds": 0.0, "timed_plain_steps": 0, "tokens_per_second": 12.0, "decode_tokens_per_second": 12.8,
+    "acceptance_rate": 0.625,
+    "mean_accepted_per_step": 8 / 3, "plain_steps": 1, "plain_step_share": 0.25,
+    "per_position_acceptance": [1.0, 2 / 3, 0.0], "mean_plain_step_seconds": 0.0,
+    "settings": {"max_new_tokens": 64, "temperature": 0.0, "top_k": 0, "top_p": 1.0, "draft_tokens": "adaptive",
+                 "seed": 7},
+    "series": [[0.25, 8.0], [0.75, 12.8]], "continued": 1}
+V2_EARLY = {"new_tokens": 3, "seconds": 0.5, "draft_tokens": 4, "accepted_draft_tokens": 1, "target_forward_passes": 2,
+            "mode": "speculative", "stop_reason": "max_new_tokens", "acceptance_rate": 0.25}
+V2_EDITED = {"edited": True}
+
+
+def v2_database(folder: Path) -> Path:
+    """A chat file as the previous release left it (schema 2): its tables, then one chat of a
+    question and three answers with the rows above."""
+    import app.history as history
+
+    folder.mkdir()
+    db = sqlite3.connect(folder / "chats.sqlite3")
+    db.executescript(history.SCHEMA_V1 + history.MIGRATION_V2 + "PRAGMA user_version = 2;")
+    db.execute("INSERT INTO chats(id, title, system_prompt, created, updated) VALUES (1, 'old', '', 0, 0)")
+    rows = [(1, "user", "q", None, None), (2, "assistant", "a", json.dumps(V2_SPECULATIVE), 1),
+            (3, "assistant", "b", json.dumps(V2_EARLY), 1), (4, "assistant", "c", json.dumps(V2_EDITED), 1)]
+    db.executemany("INSERT INTO messages(id, chat_id, role, content, stats, created, parent_id) "
+                   "VALUES (?, 1, ?, ?, ?, 0, ?)", rows)
+    db.execute("UPDATE chats SET leaf_id = 2")
+    db.commit()
+    db.close()
+    return folder
+
+
+def test_a_schema_2_database_reads_back_key_for_key_under_the_new_names(tmp_path):
+    """Schema 3 renamed three figures (proposed_tokens, accepted_tokens, tokens_per_speculative_step):
+    a file the previous release wrote is migrated row by row, every value as it was, the
+    settings' k (draft_tokens) untouched, and each answer reads back as it did."""
+    h = History(v2_database(tmp_path / "v2"))
+    assert h.migrated_from == 2 and h.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    raw = {mid: json.loads(s) for mid, s in h.db.execute("SELECT id, stats FROM messages WHERE stats IS NOT NULL")}
+    assert raw == {2: under_new_names(V2_SPECULATIVE), 3: under_new_names(V2_EARLY), 4: V2_EDITED}
+    assert raw[2]["settings"]["draft_tokens"] == "adaptive" and "proposed_tokens" not in raw[2]["settings"]
+    figs = {m.content: m.figures for m in h.all_messages(1)}
+    a = figs["a"]
+    assert (a.stats.proposed_tokens, a.stats.accepted_tokens, a.stats.acceptance_rate) == (8, 5, 0.625)
+    assert a.stats.tokens_per_speculative_step == 8 / 3 and a.steps_counted and a.draft_setting == "adaptive"
+    assert a.to_dict() == under_new_names(V2_SPECULATIVE)  # key for key: saved again as it reads
+    early = figs["b"]  # saved before steps were counted apart: still no τ
+    assert early.stats.proposed_tokens == 4 and not early.steps_counted
+    again, want = early.to_dict(), under_new_names(V2_EARLY)
+    assert {k: again[k] for k in want} == want and "tokens_per_speculative_step" not in again
+    assert figs["c"].edited_only and figs["q"] is None
+    h.close()
+    h = History(tmp_path / "v2")  # opened again: nothing more to migrate
+    assert h.migrated_from == 3 and {m.content: m.figures for m in h.all_messages(1)} == figs
+    h.close()
+
+
+def test_a_failed_rename_leaves_the_schema_2_file_as_it_was(tmp_path, monkeypatch):
+    """The rename is part of the one migration transaction: a failure after some rows were
+    rewritten keeps none of them, and the version stays 2."""
+    import app.history as history
+
+    folder = v2_database(tmp_path / "v2")
+    real = history.migrate_v3
+
+    def fails_after_renaming(db):
+        real(db)
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(history, "migrate_v3", fails_after_renaming)
+    with pytest.raises(sqlite3.Error):
+        History(folder)
+    db = sqlite3.connect(folder / "chats.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert json.loads(db.execute("SELECT stats FROM messages WHERE id = 2").fetchone()[0]) == V2_SPECULATIVE
+    db.close()
 
 
 # -- branches ----------------------------------------------------------------------------------
@@ -296,7 +403,7 @@ def test_an_answers_figures_are_saved_in_the_form_every_release_wrote(tmp_path):
     from app.answer_figures import AnswerFigures
     from specdec_core.remote.generation import ServerStats
 
-    stats = ServerStats(new_tokens=5, seconds=0.5, prefill_seconds=0.1, draft_tokens=4, accepted_draft_tokens=3,
+    stats = ServerStats(new_tokens=5, seconds=0.5, prefill_seconds=0.1, proposed_tokens=4, accepted_tokens=3,
                         target_forward_passes=3, speculative_steps=2, speculative_step_tokens=4,
                         per_position_proposed=[2, 2], per_position_accepted=[2, 1], stop_reason="error",
                         mode="speculative", proposer="draft", steps_by_source={"draft": 2},
@@ -305,7 +412,7 @@ def test_an_answers_figures_are_saved_in_the_form_every_release_wrote(tmp_path):
                                            "draft_tokens": "adaptive", "seed": 3},
            "series": [[0.25, 8.0], [0.5, 10.0]], "continued": 2, "error": "the server closed the stream"}
     fig = AnswerFigures.from_dict(json.loads(json.dumps(row)))
-    assert (fig.stats.acceptance_rate, fig.stats.mean_accepted_per_step, fig.stats.plain_steps) == (0.75, 2.0, 1)
+    assert (fig.stats.acceptance_rate, fig.stats.tokens_per_speculative_step, fig.stats.plain_steps) == (0.75, 2.0, 1)
     assert (fig.continued, fig.error, fig.server["engine"], fig.draft_setting) == (
         2, "the server closed the stream", "llama.cpp", "adaptive")
     assert fig.to_dict() == row

@@ -127,7 +127,7 @@ def test_greedy_speculative_equals_standard_and_the_reference(tiny, name, propos
         std = dec.generate(prompt, s.replace(mode="standard")).run()
         want = reference_greedy(tiny.target, prompt, 20, params, set(eos_of(tiny.target)))
         assert spec.token_ids == std.token_ids == want
-        accepted += spec.stats.accepted_draft_tokens
+        accepted += spec.stats.accepted_tokens
     # the draft's proposals were verified and kept under every setting (a penalty discourages
     # the repeats prompt lookup copies: it may find none to propose)
     assert accepted > 0 or proposer == "lookup"
@@ -158,7 +158,7 @@ def test_a_decoder_that_forgets_the_proposals_before_a_row_is_caught(tiny, monke
     got = Decoder(tiny.target, tiny.tokenizer).generate(
         PROMPTS[0], DecodeSettings(max_new_tokens=20, sampling=params, draft_tokens=3),
         DraftModelProposer(tiny.near_draft, tiny.vocab)).run()
-    assert got.stats.accepted_draft_tokens > 0 and got.token_ids != want
+    assert got.stats.accepted_tokens > 0 and got.token_ids != want
 
 
 def _rows_alike(real, logits, params, ids):

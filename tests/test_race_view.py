@@ -164,7 +164,7 @@ def _result(**kw):
     lane = {"seconds": 1.0, "tokens_per_second": 10.0, "new_tokens": 10,
             "stats": {"target_forward_passes": 10, "mode": "standard"}}
     # the counts the figures follow from: α = 6 / 8, τ = 9 / 3, plain steps (4 - 3) / 4
-    spec_stats = {"target_forward_passes": 4, "mode": "speculative", "draft_tokens": 8, "accepted_draft_tokens": 6,
+    spec_stats = {"target_forward_passes": 4, "mode": "speculative", "proposed_tokens": 8, "accepted_tokens": 6,
                   "speculative_steps": 3, "speculative_step_tokens": 9}
     base = {"standard": lane, "speculative": dict(lane, seconds=0.5, tokens_per_second=20.0, stats=spec_stats),
             "speedup": 2.0, "identical": True, "divergence": None, "proposer": "draft",

@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtTest import QTest  # noqa: E402
 from PySide6.QtWidgets import QFileDialog, QMessageBox  # noqa: E402
 
-from app import user_memory  # noqa: E402
+from app import chat_json, user_memory  # noqa: E402
 from app.chat_json import ChatFile  # noqa: E402
 from app.history import Attachment, History  # noqa: E402
 from app.main import build_parser, remembered_overrides  # noqa: E402
@@ -370,7 +370,9 @@ def test_importing_a_bad_file_gives_a_dialog_and_loses_nothing(qtbot, open_windo
     win.chats.export_markdown(md)
     newer = tmp_path / "newer.json"
     win.transfer.export_json(newer)
-    newer.write_text(newer.read_text(encoding="utf-8").replace('"version": 1', '"version": 7'), encoding="utf-8")
+    written = json.loads(newer.read_text(encoding="utf-8"))
+    written["version"] = chat_json.VERSION + 1  # a file from a later release
+    newer.write_text(json.dumps(written), encoding="utf-8")
     for path, why in ((md, "not JSON"), (newer, "newer SpecDec Chat"), (tmp_path / "nothing.json", "cannot be read")):
         assert win.transfer.import_path(str(path)) is None
         box = win.transfer.dialog

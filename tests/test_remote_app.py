@@ -68,7 +68,7 @@ def test_the_worker_streams_a_servers_answer_with_its_figures(qtbot, server):
         events = [e for b in batches for e in b]
         assert len(events) == stats.new_tokens == 24
         assert {e.kind.value for e in events} <= SPEC_KINDS and "accepted" in {e.kind.value for e in events}
-        assert stats.draft_tokens > 0 and stats.server["figures"].startswith("llama-server timings")
+        assert stats.proposed_tokens > 0 and stats.server["figures"].startswith("llama-server timings")
         assert end.text == "".join(e.text for e in events)
     finally:
         assert stop_worker(worker, thread)
@@ -94,7 +94,7 @@ def test_the_window_with_a_server_target(qtbot, make_window, server, tmp_path):
     assert done.args[0] == "max_new_tokens"
     msg = win.chats.messages[-1]
     assert msg.role == "assistant" and len(msg.tokens) == 16 and {t.kind for t in msg.tokens} <= SPEC_KINDS
-    assert msg.figures.server["engine"] == "llama.cpp" and msg.figures.stats.draft_tokens > 0
+    assert msg.figures.server["engine"] == "llama.cpp" and msg.figures.stats.proposed_tokens > 0
     assert "tok/s by its own clock" in panel.summary.text() and "llama-server timings" in panel.summary.text()
     assert panel.m_alpha.value.text() != "—" and panel.m_k.caption.text() == "k (the server's)"
     # the server's captions fit the side panel at its default width: nothing is cut at its edge
@@ -251,9 +251,10 @@ def test_the_side_panel_learns_a_server_target_through_its_own_methods(qtbot):
     assert "vLLM server at http://gpu:8000" in panel.target_label.text() and "Llama-70B" in panel.target_label.text()
     assert "does not say" in panel.draft_label.text()
     panel.show_stats(AnswerFigures(Stats(new_tokens=3, seconds=1.0)))
-    panel.show_server_figures(AnswerFigures(Stats(draft_tokens=4, accepted_draft_tokens=3),
+    panel.show_server_figures(AnswerFigures(Stats(proposed_tokens=4, accepted_tokens=3),
                                             server={"engine": "vLLM", "figures": "vLLM's per-request metrics"}))
-    assert "vLLM server · drafted 4, accepted 3" in panel.summary.text() and panel.m_k.caption.text() == "k (the server's)"
+    assert "vLLM server · proposed 4, accepted 3" in panel.summary.text()
+    assert panel.m_k.caption.text() == "k (the server's)"
     panel.show_target(None)
     assert panel.mode_button.isEnabled() and panel.mode_button.text() == "⚡ Speculative decoding"
     assert panel.proposer.isVisibleTo(panel) and panel.k_spin.isVisibleTo(panel) and panel.proposer.isEnabled()

@@ -40,8 +40,8 @@ def test_generate_against_the_embedded_pair_on_llama_server(pair_server, capsys)
     obj = json.loads(out.strip().splitlines()[-1])
     st = obj["stats"]
     assert st["new_tokens"] == len(obj["token_ids"]) == 16
-    assert st["server"]["engine"] == "llama.cpp" and st["server"]["timings"]["draft_n"] == st["draft_tokens"] > 0
-    assert st["accepted_draft_tokens"] > 0 and 0 < st["acceptance_rate"] <= 1
-    assert st["mean_accepted_per_step"] > 1 and st["mode"] == "speculative"
+    assert st["server"]["engine"] == "llama.cpp" and st["server"]["timings"]["draft_n"] == st["proposed_tokens"] > 0
+    assert st["accepted_tokens"] > 0 and 0 < st["acceptance_rate"] <= 1
+    assert st["tokens_per_speculative_step"] > 1 and st["mode"] == "speculative"
     assert "accepted" in obj["kinds"] and obj["kinds"][0] == "standard"
     assert "def " in obj["text"] or "```" in obj["text"]

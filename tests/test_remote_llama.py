@@ -100,13 +100,13 @@ def test_kinds_rebuilt_from_the_counters_equal_our_engine_on_the_same_pair(serve
     assert gen.kinds == ref.kinds
     assert {"accepted", "corrected"} <= set(gen.kinds)
     s, r = gen.stats, ref.stats
-    assert (s.draft_tokens, s.accepted_draft_tokens) == (r.draft_tokens, r.accepted_draft_tokens)
+    assert (s.proposed_tokens, s.accepted_tokens) == (r.proposed_tokens, r.accepted_tokens)
     assert s.per_position_proposed == r.per_position_proposed
     assert s.per_position_accepted == r.per_position_accepted
     assert s.draft_lengths == r.draft_lengths
     assert s.target_forward_passes == r.target_forward_passes and s.server["steps_exact"]
     assert (s.speculative_steps, s.speculative_step_tokens) == (r.speculative_steps, r.speculative_step_tokens)
-    assert s.mean_accepted_per_step == r.mean_accepted_per_step and s.last_draft_length == r.last_draft_length
+    assert s.tokens_per_speculative_step == r.tokens_per_speculative_step and s.last_draft_length == r.last_draft_length
     assert s.new_tokens == len(gen.events) == r.new_tokens
     assert [e.draft_length for e in gen.events] == [e.draft_length for e in ref.events]
 
@@ -117,7 +117,7 @@ def test_stats_are_the_servers_own_figures(server):
     gen = answer(connect(server.url), n=30)
     s = gen.stats
     t = s.server["timings"]
-    assert s.draft_tokens == t["draft_n"] and s.accepted_draft_tokens == t["draft_n_accepted"]
+    assert s.proposed_tokens == t["draft_n"] and s.accepted_tokens == t["draft_n_accepted"]
     assert s.new_tokens == t["predicted_n"] == 30 and s.stop_reason == "max_new_tokens"
     assert s.server["tokens_per_second"] == t["predicted_per_second"] > 0
     assert s.server["prompt_tokens"] == t["prompt_n"] > 0
@@ -126,7 +126,7 @@ def test_stats_are_the_servers_own_figures(server):
     d = s.to_dict()
     assert d["server"]["figures"].startswith("llama-server timings") and json.dumps(d)
     # tau: every verification emits one target token after its kept drafts
-    assert s.target_forward_passes == s.new_tokens - s.accepted_draft_tokens
+    assert s.target_forward_passes == s.new_tokens - s.accepted_tokens
 
 
 def test_a_draft_equal_to_the_target_is_always_accepted(twin_server):
@@ -134,7 +134,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(twin_server):
 
     gen = answer(connect(twin_server.url), n=40)
     s = gen.stats
-    assert s.acceptance_rate == 1.0 and s.draft_tokens > 0
+    assert s.acceptance_rate == 1.0 and s.proposed_tokens > 0
     assert set(gen.kinds) <= {"standard", "accepted", "bonus"} and "corrected" not in gen.kinds
     # every speculative step is its k accepted tokens and then the bonus
     by_step: dict[int, list[str]] = {}
@@ -143,7 +143,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(twin_server):
     for kinds in by_step.values():
         if kinds != ["standard"]:
             assert kinds == ["accepted"] * (len(kinds) - 1) + ["bonus"]
-    assert s.mean_accepted_per_step > 3  # k = 3: four tokens a step, but for the first and the budget's end
+    assert s.tokens_per_speculative_step > 3  # k = 3: four tokens a step, but for the first and the budget's end
 
 
 def test_prometheus_counters_reconcile_with_the_per_token_figures(server):
@@ -160,7 +160,7 @@ def test_prometheus_counters_reconcile_with_the_per_token_figures(server):
     assert before.present and after.present
     f = figures_from_counters(after - before)
     s = gen.stats
-    assert (f.draft_tokens, f.accepted) == (s.draft_tokens, s.accepted_draft_tokens)
+    assert (f.proposed, f.accepted) == (s.proposed_tokens, s.accepted_tokens)
     assert f.steps == s.server["speculative_steps"] == len(s.draft_lengths)
     n = len(f.per_position_accepted)
     assert f.per_position_accepted == (s.per_position_accepted + [0] * n)[:n]
@@ -187,7 +187,7 @@ def test_the_openai_compatible_path_on_a_real_server(server):
     gen2 = ServerGeneration(stream_openai(native.endpoint, native.model, prompt, req, {}, "llamacpp:", False)).run()
     s = gen2.stats
     assert gen2.text == text and s.mode == "speculative" and s.server["server_wide"]
-    assert s.draft_tokens > 0 and s.target_forward_passes == 24 - s.accepted_draft_tokens
+    assert s.proposed_tokens > 0 and s.target_forward_passes == 24 - s.accepted_tokens
 
 
 def test_sampling_reproduces_with_a_seed(server):
@@ -196,7 +196,7 @@ def test_sampling_reproduces_with_a_seed(server):
     engine = connect(server.url)
     a = answer(engine, n=20, temperature=0.9, seed=5)
     b = answer(engine, n=20, temperature=0.9, seed=5)
-    assert a.token_ids == b.token_ids and a.stats.draft_tokens > 0
+    assert a.token_ids == b.token_ids and a.stats.proposed_tokens > 0
 
 
 # -- the command line --------------------------------------------------------------------
@@ -215,8 +215,8 @@ def test_cli_generate_streams_with_the_servers_figures(server, capsys):
     obj = json.loads(out.strip().splitlines()[-1])
     assert len(obj["token_ids"]) == 16 and set(obj["kinds"]) <= {"standard", "accepted", "corrected", "bonus"}
     st = obj["stats"]
-    assert st["draft_tokens"] > 0 and st["server"]["engine"] == "llama.cpp"
-    assert st["acceptance_rate"] == st["accepted_draft_tokens"] / st["draft_tokens"]
+    assert st["proposed_tokens"] > 0 and st["server"]["engine"] == "llama.cpp"
+    assert st["acceptance_rate"] == st["accepted_tokens"] / st["proposed_tokens"]
     assert "draft: the server's own draft" in err
 
     rc, out, err = run_cli(["generate", "--target", server.url + "/v1/", "--prompt", PROMPT, "--max-new-tokens", "8"],
@@ -419,8 +419,8 @@ def test_bench_against_a_server(server, tmp_path, capsys):
     # greedy: the repeats give the same text; the figures are the server's
     assert runs[0]["text"] == runs[1]["text"] and runs[0]["figures"].startswith("llama-server timings")
     o = report["summary"]["overall"]
-    assert o["acceptance_rate"] == sum(r["accepted_draft_tokens"] for r in runs) / sum(r["draft_tokens"] for r in runs)
-    assert o["mean_accepted_per_step"] == 48 / sum(r["verifications"] for r in runs)
+    assert o["acceptance_rate"] == sum(r["accepted_tokens"] for r in runs) / sum(r["proposed_tokens"] for r in runs)
+    assert o["tokens_per_speculative_step"] == 48 / sum(r["verifications"] for r in runs)
     assert report["server"]["engine"] == "llama.cpp" and "| **overall** | 4 |" in (out / "report.md").read_text()
     # the command as run, without the flags that only a local pair takes
     assert report["command"] == (f"specdec bench --target {server.url} --prompts {prompts} --max-new-tokens 12 "
@@ -440,9 +440,9 @@ def test_a_server_without_a_draft_decodes_standard(ggufs):
         gen = engine.generate(engine.encode_prompt(PROMPT), settings(12).replace(mode="standard"),
                               cancel=threading.Event()).run()
         st = gen.stats
-        assert set(gen.kinds) == {"standard"} and st.mode == "standard" and st.draft_tokens == 0
+        assert set(gen.kinds) == {"standard"} and st.mode == "standard" and st.proposed_tokens == 0
         assert st.target_forward_passes == st.new_tokens == 12 and st.plain_step_share == 1.0
-        assert st.speculative_steps == 0 and st.mean_accepted_per_step == 0.0  # no speculative step: no tau
+        assert st.speculative_steps == 0 and st.tokens_per_speculative_step == 0.0  # no speculative step: no tau
     finally:
         s.stop()
 
@@ -458,5 +458,5 @@ def test_running_snapshots_count_the_tokens_seen(server):
         snap = gen.snapshot()  # the tiny vocabulary is ASCII: one chunk per token
         assert snap.new_tokens == len(gen.events) and snap.stop_reason == ""
         assert snap.speculative_step_tokens == sum(e.kind.value != "standard" for e in gen.events)
-        drafted.append(snap.draft_tokens)
+        drafted.append(snap.proposed_tokens)
     assert drafted == sorted(drafted) and gen.snapshot() is gen.stats and gen.stats.stop_reason == "max_new_tokens"

@@ -82,7 +82,7 @@ def test_one_answer_is_the_difference_around_its_request():
     before = read_spec_counters(vllm_page(100, 300, 200, [80, 70, 50]), "vllm:")
     after = read_spec_counters(vllm_page(130, 390, 262, [104, 88, 70]), "vllm:")
     f = figures_from_counters(after - before)
-    assert (f.draft_tokens, f.accepted, f.steps) == (90, 62, 30)
+    assert (f.proposed, f.accepted, f.steps) == (90, 62, 30)
     assert f.per_position_accepted == [24, 18, 20]
     # vLLM's per-position rate divides by the drafts: each position was proposed in every step
     assert f.per_position_proposed == [30, 30, 30]
@@ -108,12 +108,12 @@ def test_per_request_summary_with_the_documentations_example():
         "num_spec_tokens": 3,
     }
     f = figures_from_vllm_request(spec)
-    assert (f.draft_tokens, f.accepted, f.steps) == (129, 10, 43) and not f.server_wide
+    assert (f.proposed, f.accepted, f.steps) == (129, 10, 43) and not f.server_wide
     assert f.per_position_proposed == [43, 43, 43]
     # position i is kept in the steps that kept more than i: 1+0+3, 0+3, 3
     assert f.per_position_accepted == [4, 3, 3]
     assert sum(f.per_position_accepted) == f.accepted
-    assert f.accepted / f.draft_tokens == spec["draft_acceptance_rate"]
+    assert f.accepted / f.proposed == spec["draft_acceptance_rate"]
     assert 1 + f.accepted / f.steps == spec["mean_acceptance_length"]
 
 
@@ -126,7 +126,7 @@ def test_per_request_variable_draft_lengths():
     f = figures_from_vllm_request(spec)
     assert f.per_position_proposed == [5, 2, 2]
     assert f.per_position_accepted == [2, 1, 0]
-    assert sum(f.per_position_proposed) == f.draft_tokens and sum(f.per_position_accepted) == f.accepted
+    assert sum(f.per_position_proposed) == f.proposed and sum(f.per_position_accepted) == f.accepted
 
 
 def test_per_request_detailed_arrays_win():

@@ -21,8 +21,11 @@ from specdec_serve import in_process
 from tiny_models import save_pair
 
 KINDS = {"standard", "accepted", "corrected", "bonus"}
-STATS_KEYS = ("acceptance_rate", "mean_accepted_per_step", "tokens_per_second", "decode_tokens_per_second",
-              "plain_step_share", "plain_steps", "draft_tokens", "accepted_draft_tokens", "new_tokens", "stop_reason")
+# what an older `specdec serve` called three of the figures
+OLD_NAMES = {"proposed_tokens": "draft_tokens", "accepted_tokens": "accepted_draft_tokens",
+             "tokens_per_speculative_step": "mean_accepted_per_step"}
+STATS_KEYS = ("acceptance_rate", "tokens_per_speculative_step", "tokens_per_second", "decode_tokens_per_second",
+              "plain_step_share", "plain_steps", "proposed_tokens", "accepted_tokens", "new_tokens", "stop_reason")
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +97,8 @@ def test_a_streamed_chat_carries_each_steps_tokens_and_ends_with_the_stats(clien
     # greedy with a fixed k: every step the same as the CLI's, so every colour too
     assert [t["kind"] for t in tokens] == want["kinds"]
     assert len(finals) == 1 and all(k in finals[0]["stats"] for k in STATS_KEYS)
-    assert finals[0]["stats"]["accepted_draft_tokens"] == want["stats"]["accepted_draft_tokens"]
+    assert not set(OLD_NAMES.values()) & set(finals[0]["stats"])  # today's names only
+    assert finals[0]["stats"]["accepted_tokens"] == want["stats"]["accepted_tokens"]
     last = chunks[-1]
     assert last.choices == [] and last.usage.completion_tokens == len(want["token_ids"])
 
@@ -204,6 +208,28 @@ def test_a_last_assistant_message_is_continued_not_closed(server, client, engine
     assert remote.encode_chat(msgs, continue_final=True) == want
     with pytest.raises(EngineError, match="last message is not the assistant's"):
         remote.encode_chat(msgs[:1], continue_final=True)
+
+
+def test_a_server_target_reads_an_older_servers_figures_under_their_new_names(server, engine, monkeypatch):
+    """The client (remote/specdec.py) against today's server and against one that sends the
+    figures under their older names (draft_tokens, accepted_draft_tokens, mean_accepted_per_step,
+    as the previous release did): the same Stats, the engine's own."""
+    from specdec_core.remote import connect
+    from specdec_core.serve import responses
+    from specdec_core.settings import DecodeSettings
+
+    msgs = [{"role": "user", "content": "the cat sat"}]
+    settings = DecodeSettings(20, draft_tokens=3)
+    want = engine.generate(engine.encode_chat(msgs), settings).run().stats
+    remote = connect(server.url)
+    today = remote.generate(remote.encode_chat(msgs), settings).run().stats
+    older_wire = lambda st: {OLD_NAMES.get(k, k): v for k, v in st.to_dict().items()}  # noqa: E731
+    monkeypatch.setattr(responses, "stats_to_wire", older_wire)
+    older = remote.generate(remote.encode_chat(msgs), settings).run().stats
+    figures = lambda st: (st.proposed_tokens, st.accepted_tokens, st.acceptance_rate, st.tokens_per_speculative_step,
+                          st.speculative_steps, st.per_position_accepted)
+    assert want.proposed_tokens > 0 and figures(today) == figures(older) == figures(want)
+    assert older.server["figures"] == "the serving engine's own Stats"
 
 
 # -- CORS, for a browser client ---------------------------------------------------------------

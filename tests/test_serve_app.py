@@ -56,7 +56,7 @@ def test_the_command_serves_and_a_server_target_on_it_is_the_local_engine(served
     assert main(["generate", "--target", served.url, *args]) == 0
     there = json.loads(capsys.readouterr().out)
     assert there["token_ids"] == here["token_ids"] and there["kinds"] == here["kinds"] and there["text"] == here["text"]
-    for key in ("draft_tokens", "accepted_draft_tokens", "speculative_steps", "plain_steps", "per_position_accepted"):
+    for key in ("proposed_tokens", "accepted_tokens", "speculative_steps", "plain_steps", "per_position_accepted"):
         assert there["stats"][key] == here["stats"][key], key
     assert there["stats"]["server"]["engine"] == "specdec serve"
 
@@ -109,7 +109,7 @@ def test_the_app_colours_a_specdec_serve_answer_exactly(qtbot, make_window, serv
     msg = win.chats.messages[-1]
     want = local.generate(local.encode_prompt("the cat sat on the mat"), settings).run()
     assert [t.kind for t in msg.tokens] == want.kinds and msg.content == want.text  # the engine's colours
-    assert msg.figures.stats.accepted_draft_tokens == want.stats.accepted_draft_tokens
+    assert msg.figures.stats.accepted_tokens == want.stats.accepted_tokens
     assert msg.figures.server["figures"] == "the serving engine's own Stats"
     assert panel.m_alpha.value.text() != "—"
 

@@ -66,7 +66,7 @@ def test_greedy_speculative_answers_equal_the_engines_standard_ones(client, engi
     assert want != standard(engine, engine.encode_chat(USER), 24)  # the field changed the answer
     settings = r.model_extra["specdec"]["settings"]
     assert settings["logit_bias"] == {str(t): b for t, b in bias}
-    assert r.model_extra["specdec"]["stats"]["draft_tokens"] > 0  # proposals were verified under it
+    assert r.model_extra["specdec"]["stats"]["proposed_tokens"] > 0  # proposals were verified under it
 
 
 def test_a_seeded_sample_with_penalties_is_the_engines(client, engine):

@@ -227,11 +227,18 @@ def test_tokens_and_stats_cross_the_wire_unchanged():
         TokenLogprob(1, "a", (97,), -0.1), (TokenLogprob(2, "b", (98,), float("-inf")),)))
     assert json.loads(json.dumps(token_to_wire(forbidden), allow_nan=False))["logprobs"]["top"][0][3] == -9999.0
     assert token_to_wire(TokenEvent(1, "", TokenKind.STANDARD, 0, None, 0.0, float("inf")))["margin"] is None
-    s = Stats(new_tokens=5, seconds=1.0, draft_tokens=4, accepted_draft_tokens=3, target_forward_passes=3,
+    s = Stats(new_tokens=5, seconds=1.0, proposed_tokens=4, accepted_tokens=3, target_forward_passes=3,
               speculative_steps=2, speculative_step_tokens=4, per_position_proposed=[2, 2],
               per_position_accepted=[2, 1], steps_by_source={"draft": 2}, mode="speculative", proposer="draft")
     back = stats_from_wire(stats_to_wire(s))
     assert back == s and back.acceptance_rate == 0.75 and back.plain_step_share == pytest.approx(1 / 3)
+    # an older server's names for three of them (draft_tokens, accepted_draft_tokens,
+    # mean_accepted_per_step) read as today's; where both are sent, today's count
+    wire = stats_to_wire(s)
+    older = {{"proposed_tokens": "draft_tokens", "accepted_tokens": "accepted_draft_tokens",
+              "tokens_per_speculative_step": "mean_accepted_per_step"}.get(k, k): v for k, v in wire.items()}
+    assert "proposed_tokens" not in older and stats_from_wire(older) == s
+    assert stats_from_wire({**wire, "draft_tokens": 99, "accepted_draft_tokens": 98}) == s
 
 
 def test_loopback_and_the_warning():

@@ -141,8 +141,8 @@ def run(target, draft, tokens: int, prompt_len: int = 64, repeats: int = 3, seed
         out["modes"][name] = {
             "tokens_per_second": st.tokens_per_second,
             "decode_tokens_per_second": st.decode_tokens_per_second,
-            "acceptance_rate": st.acceptance_rate if st.draft_tokens else None,
-            "mean_accepted_per_step": st.mean_accepted_per_step if st.speculative_steps else None,
+            "acceptance_rate": st.acceptance_rate if st.proposed_tokens else None,
+            "tokens_per_speculative_step": st.tokens_per_speculative_step if st.speculative_steps else None,
             "plain_step_share": st.plain_step_share,
             "steps_by_source": st.steps_by_source,
             "identical_to_standard": div is None,

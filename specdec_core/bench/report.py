@@ -15,12 +15,14 @@ import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..renamed_figures import report_under_current_names
 from .markdown import skipped_lines, table
 from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, Mode
 
 METRICS = ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate",
-           "mean_accepted_per_step", "plain_step_share", "peak_memory_bytes", "new_tokens", "target_forward_passes",
-           "draft_forward_passes", "mean_draft_length", "mean_plain_step_seconds", "catchup_seconds")
+           "tokens_per_speculative_step", "plain_step_share", "peak_memory_bytes", "new_tokens",
+           "target_forward_passes", "draft_forward_passes", "mean_draft_length", "mean_plain_step_seconds",
+           "catchup_seconds")
 REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED, LLAMACPP)
 # per prompt, the fastest of llama.cpp's modes (plain, speculative at its default, tuned)
 LLAMACPP_BEST = "llama.cpp-best"
@@ -111,7 +113,7 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
     mine = {r["prompt_id"]: r for r in sel if r["mode"] == mode.name and r["tokens_per_second"] is not None}
     f = {"prompts": len(mine)}
     for k in ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "acceptance_rate",
-              "mean_accepted_per_step", "plain_step_share", "peak_memory_bytes", "mean_draft_length", "new_tokens",
+              "tokens_per_speculative_step", "plain_step_share", "peak_memory_bytes", "mean_draft_length", "new_tokens",
               "mean_plain_step_seconds", "catchup_seconds"):
         f[k] = _median([r.get(k) for r in mine.values()])
     f["tokens_per_second_min"] = min((r["stats"]["tokens_per_second"]["min"] for r in mine.values()), default=None)
@@ -185,8 +187,9 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
 
 
 def report_head(command: str, note: str | None) -> dict:
-    """What every report.json opens with: its schema, when, the command that made it, the note."""
-    return {"schema": 1, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
+    """What every report.json opens with: its schema, when, the command that made it, the note.
+    Schema 2 names tau `tokens_per_speculative_step` (schema 1: `mean_accepted_per_step`)."""
+    return {"schema": 2, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
             "note": note}
 
 
@@ -245,8 +248,8 @@ def _mode_label(name: str) -> str:
 
 def render_markdown(report: dict, plots: list[str]) -> str:
     """report.md: what was measured and where, then the headline, the ratios, the categories,
-    exactness, every prompt, memory and method, section by section."""
-    view = _View(report)
+    exactness, every prompt, memory and method, section by section. A report of any schema."""
+    view = _View(report_under_current_names(report))
     L: list[str] = []
     for section in (_about, _headline, _key_ratios_section, _by_category, _steps, _identical,
                     _llamacpp_exactness, _per_prompt, _memory, _method):
@@ -332,7 +335,7 @@ def _headline(v: _View) -> list[str]:
         if v.llama:
             cells += ["1×" if name == LLAMACPP else _x(f[f"speedup_vs_{LLAMACPP}"]), _x(f[f"speedup_vs_{LLAMACPP_BEST}"])]
         cells += [_f(f["latency_s"]), _f(f["ttft_s"]), _pct(f["acceptance_rate"]),
-                  _f(f["mean_accepted_per_step"]), _pct(f["plain_step_share"]), _f(f["mean_draft_length"], 1)]
+                  _f(f["tokens_per_speculative_step"]), _pct(f["plain_step_share"]), _f(f["mean_draft_length"], 1)]
         if v.greedy:
             cells.append(_ident(f))
         rows.append(cells)
@@ -362,7 +365,7 @@ def _by_category(v: _View) -> list[str]:
     if spec:
         L.append("### Acceptance α and tokens per speculative step τ, by category\n")
         L += table(["mode"] + v.cats, ([_mode_label(n)] + [
-            f"{_pct(by[c][n]['acceptance_rate'])} / {_f(by[c][n]['mean_accepted_per_step'])}" for c in v.cats]
+            f"{_pct(by[c][n]['acceptance_rate'])} / {_f(by[c][n]['tokens_per_speculative_step'])}" for c in v.cats]
             for n in spec))
         L.append("")
     return L
@@ -436,7 +439,7 @@ def _per_prompt(v: _View) -> list[str]:
         tps = "error" if r["error"] and r["tokens_per_second"] is None else (
             f"{_f(st['median'], 1)} [{_f(st['min'], 1)}–{_f(st['max'], 1)}]")
         cells = [r["prompt_id"], r["category"], _mode_label(r["mode"]), tps, _f(r["latency_s"]), _f(r["ttft_s"]),
-                 _f(r["new_tokens"], 0), _pct(r["acceptance_rate"]), _f(r["mean_accepted_per_step"]),
+                 _f(r["new_tokens"], 0), _pct(r["acceptance_rate"]), _f(r["tokens_per_speculative_step"]),
                  f"{_f(r['target_forward_passes'], 0)} / {_f(r['draft_forward_passes'], 0)}"]
         if v.greedy:
             ident = r["identical_to_standard"]
@@ -558,13 +561,13 @@ def _key_ratios(summ: dict, names: list[str], has: set[str]) -> list[str]:
             if cat in cats:
                 cols.append((f"× llama.cpp best, {cat}", cats[cat], f"speedup_vs_{LLAMACPP_BEST}"))
     if CODE in cats:
-        cols.append(("τ, code", cats[CODE], "mean_accepted_per_step"))
+        cols.append(("τ, code", cats[CODE], "tokens_per_speculative_step"))
     if len(cols) < 2:
         return []
     def cell(name, figs, key):
         if key.startswith("speedup_vs_") and name == key[len("speedup_vs_"):]:
             return "1×"
-        return _f(figs[name].get(key)) if key == "mean_accepted_per_step" else _x(figs[name].get(key))
+        return _f(figs[name].get(key)) if key == "tokens_per_speculative_step" else _x(figs[name].get(key))
 
     L = ["## Key ratios\n", "Medians over the named prompts of per-prompt ratios (same prompt, same run).\n"]
     L += table(["mode"] + [c[0] for c in cols],

@@ -14,7 +14,7 @@ Timings (all time.perf_counter, seconds):
   tokens_per_second         = new_tokens / generate_s (end-to-end: the prefill included)
   decode_tokens_per_second  = (new_tokens - 1) / (generate_s - time to the first token)
 Both are Stats' own properties for our modes (the one definition the app shows too).
-τ counts tokens per speculative step (Stats.mean_accepted_per_step); a mode that proposes
+τ counts tokens per speculative step (Stats.tokens_per_speculative_step); a mode that proposes
 nothing has none. `kinds` counts the tokens of each kind (no run holds more bonus tokens
 than accepted ones: a bonus needs all of its step's k >= 1 proposals accepted).
 
@@ -196,7 +196,7 @@ def _run_llamacpp(engine, prompt, mode, settings: DecodeSettings, llama, rec) ->
         detokenize_s=None,
         tokens_per_second=res.tokens_per_second,
         acceptance_rate=(res.accepted / res.drafted) if res.drafted else None,
-        mean_accepted_per_step=None,
+        tokens_per_speculative_step=None,
         target_forward_passes=None,
         draft_forward_passes=None,
         per_position_proposed=[],
@@ -256,8 +256,8 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
         tokens_per_second=s.tokens_per_second,
         decode_tokens_per_second=s.decode_tokens_per_second,
         # a run whose steps proposed nothing (no lookup match) has no alpha or tau, not zeros
-        acceptance_rate=s.acceptance_rate if proposes and s.draft_tokens else None,
-        mean_accepted_per_step=s.mean_accepted_per_step if proposes and s.speculative_steps else None,
+        acceptance_rate=s.acceptance_rate if proposes and s.proposed_tokens else None,
+        tokens_per_speculative_step=s.tokens_per_speculative_step if proposes and s.speculative_steps else None,
         plain_step_share=s.plain_step_share if proposes else None,
         kinds={k: gen.kinds.count(k) for k in ("accepted", "corrected", "bonus", "standard")},
         target_forward_passes=s.target_forward_passes,
@@ -314,7 +314,7 @@ def _run_hf(engine, prompt, mode, settings: DecodeSettings, memory, hf, rec) -> 
         acceptance_rate=None,  # transformers does not report it
         # assisted: every forward call after the prefill verifies a proposal, so tokens after the
         # first per call after the first is its tokens per speculative step; plain generate has none
-        mean_accepted_per_step=((n - 1) / (res.target_forward_passes - 1)
+        tokens_per_speculative_step=((n - 1) / (res.target_forward_passes - 1)
                                 if mode.kind == HF_ASSISTED and res.target_forward_passes > 1 else None),
         plain_step_share=None,
         kinds=None,

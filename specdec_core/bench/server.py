@@ -4,8 +4,8 @@ A server decodes with its own draft and no request turns that off (see specdec_c
 there are no modes to compare: each prompt runs `--repeats` times (after one untimed warm-up),
 prompts in file order, the server's prompt cache off so every run pays its prefill. What is
 measured per run: tokens, the client's seconds and time to the first token (network
-included), the server's own tokens/s, and its drafted/accepted figures; the report gives
-medians per category and overall, α = accepted / drafted and τ = tokens / verification over
+included), the server's own tokens/s, and its proposed/accepted figures; the report gives
+medians per category and overall, α = accepted / proposed and τ = tokens / verification over
 the runs. Writes DIR/report.json and DIR/report.md.
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 import statistics
 import sys
 import threading
+
+from ..renamed_figures import report_under_current_names
 from .markdown import skipped_lines, table
 from .report import report_head
 
@@ -64,8 +66,8 @@ def _one(engine, prompt, settings) -> dict:
         "ttft_s": s.prefill_seconds,
         "tokens_per_second": s.tokens_per_second,
         "server_tokens_per_second": s.server.get("tokens_per_second", 0.0),
-        "draft_tokens": s.draft_tokens,
-        "accepted_draft_tokens": s.accepted_draft_tokens,
+        "proposed_tokens": s.proposed_tokens,
+        "accepted_tokens": s.accepted_tokens,
         "verifications": s.target_forward_passes,
         "stop_reason": s.stop_reason,
         "figures": s.server.get("figures", ""),
@@ -75,16 +77,16 @@ def _one(engine, prompt, settings) -> dict:
 
 def summarize(runs: list[dict]) -> dict:
     def figures(rs):
-        drafted = sum(r["draft_tokens"] for r in rs)
-        accepted = sum(r["accepted_draft_tokens"] for r in rs)
+        proposed = sum(r["proposed_tokens"] for r in rs)
+        accepted = sum(r["accepted_tokens"] for r in rs)
         verifs = sum(r["verifications"] for r in rs)
         return {
             "runs": len(rs),
             "tokens_per_second": statistics.median(r["tokens_per_second"] for r in rs),
             "server_tokens_per_second": statistics.median(r["server_tokens_per_second"] for r in rs),
             "ttft_s": statistics.median(r["ttft_s"] for r in rs),
-            "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_accepted_per_step": sum(r["new_tokens"] for r in rs) / verifs if verifs else None,
+            "acceptance_rate": accepted / proposed if proposed else None,
+            "tokens_per_speculative_step": sum(r["new_tokens"] for r in rs) / verifs if verifs else None,
         }
 
     cats = list(dict.fromkeys(r["category"] for r in runs))
@@ -96,6 +98,8 @@ def _f(v, nd=2) -> str:
 
 
 def render_markdown(report: dict) -> str:
+    """report.md of a server run's report (of any schema)."""
+    report = report_under_current_names(report)
     srv = report["server"]
     lines = [
         f"# Server benchmark: {srv['engine']} at {srv['url']}",
@@ -114,7 +118,7 @@ def render_markdown(report: dict) -> str:
     groups = list(report["summary"]["categories"].items()) + [("**overall**", report["summary"]["overall"])]
     lines += table(["category", "runs", "tok/s (client)", "tok/s (server)", "first token s", "α", "τ"],
                    ([name, f["runs"], _f(f["tokens_per_second"], 1), _f(f["server_tokens_per_second"], 1),
-                     _f(f["ttft_s"]), _f(f["acceptance_rate"]), _f(f["mean_accepted_per_step"])]
+                     _f(f["ttft_s"]), _f(f["acceptance_rate"]), _f(f["tokens_per_speculative_step"])]
                     for name, f in groups), right=range(1, 7))
     if report.get("skipped"):
         lines += [""] + skipped_lines(report["skipped"])

@@ -241,7 +241,7 @@ def _print_summary(report: dict, out: Path) -> None:
         line = (f"{m['name']:<28} {num(f['tokens_per_second'], '9.1f')} {num(f['decode_tokens_per_second'], '6.1f')} "
                 f"{num(f['speedup_vs_standard'], '6.2f')} {num(f.get('speedup_vs_' + HF_ASSISTED), '9.2f')} "
                 f"{num(f.get('speedup_vs_' + LLAMACPP), '7.2f')} "
-                f"{num(f['acceptance_rate'], '6.0%')} {num(f['mean_accepted_per_step'], '5.2f')} "
+                f"{num(f['acceptance_rate'], '6.0%')} {num(f['tokens_per_speculative_step'], '5.2f')} "
                 f"{num(f['plain_step_share'], '5.0%')}")
         if greedy:
             line += f"  {f['identical']}/{f['compared']}" if f["compared"] else "  -"
@@ -273,7 +273,7 @@ def _run_server(args) -> int:
     save(plan.out, report, render_markdown(report))
     o = report["summary"]["overall"]
     print(f"overall: {o['tokens_per_second']:.1f} tok/s (client), {o['server_tokens_per_second']:.1f} tok/s "
-          f"(server's clock), alpha {_f(o['acceptance_rate'])}, tau {_f(o['mean_accepted_per_step'])}")
+          f"(server's clock), alpha {_f(o['acceptance_rate'])}, tau {_f(o['tokens_per_speculative_step'])}")
     print(f"report: {plan.out / 'report.md'}")
     return 0
 

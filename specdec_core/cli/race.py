@@ -70,8 +70,8 @@ def summary_text(result) -> str:
         f" {std.decode_tokens_per_second:8.1f} tok/s decode",
         f"speculative  {len(spec.events):5d} tokens {spec.seconds:8.2f} s {spec.tokens_per_second:8.1f} tok/s end-to-end"
         f" {spec.decode_tokens_per_second:8.1f} tok/s decode"
-        + (f"  ({result.proposer}, acceptance {s.acceptance_rate:.0%}, {s.mean_accepted_per_step:.2f} tokens per "
-           f"speculative step, {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes)"
+        + (f"  ({result.proposer}, acceptance {s.acceptance_rate:.0%}, "
+           f"{s.tokens_per_speculative_step:.2f} tokens per speculative step, {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes)"
            if s and s.speculative_steps else f"  ({result.proposer}: nothing proposed, every step plain)" if s else ""),
         f"speedup {result.speedup:.2f}x (end-to-end tok/s, own clocks)",
         result.verdict,

@@ -55,8 +55,8 @@ def stats_line(s) -> str:
             f"{s.tokens_per_second:.1f} tok/s end-to-end)")
     if s.mode == "speculative":
         # no proposal at all (every step plain): no alpha or tau to show, rather than zeros
-        alpha = f"{s.acceptance_rate:.0%}" if s.draft_tokens else "-"
-        tau = f"{s.mean_accepted_per_step:.2f}" if s.speculative_steps else "-"
+        alpha = f"{s.acceptance_rate:.0%}" if s.proposed_tokens else "-"
+        tau = f"{s.tokens_per_speculative_step:.2f}" if s.speculative_steps else "-"
         line += (f", acceptance {alpha}, {tau} tokens per speculative step,"
                  f" {s.plain_step_share:.0%} plain steps, {s.target_forward_passes} target passes")
     return line + f", stop: {s.stop_reason}"
@@ -70,5 +70,5 @@ def server_line(stats) -> str:
         return ""
     server = stats.server
     bits = [f"server: {server.get('engine', '?')} at {server.get('url', '?')}"]
-    bits += figure_notes(server, stats.draft_tokens, stats.accepted_draft_tokens)
+    bits += figure_notes(server, stats.proposed_tokens, stats.accepted_tokens)
     return ", ".join(bits)

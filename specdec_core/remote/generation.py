@@ -35,21 +35,21 @@ OPENAI_STOP = {"stop": "eos", "length": "max_new_tokens"}
 @dataclass(slots=True)
 class ServerStats(Stats):
     """Stats of an answer a server decoded. The common fields hold what the server's figures
-    prove (new tokens, drafted/accepted, verifications, per-position counts); `seconds` and
+    prove (new tokens, proposed/accepted, verifications, per-position counts); `seconds` and
     `prefill_seconds` are the client's clock (what the user waited, network included);
     `server` holds the server's own figures and says where each came from."""
 
     server: dict = field(default_factory=dict)
 
 
-def figure_notes(server: dict, draft_tokens: int, accepted_draft_tokens: int) -> list[str]:
+def figure_notes(server: dict, proposed_tokens: int, accepted_tokens: int) -> list[str]:
     """What a server reported about one answer, as short phrases (plain text), in the one
     wording the CLI's line and the app's side panel share."""
     notes = []
     if server.get("tokens_per_second"):
         notes.append(f"{server['tokens_per_second']:.1f} tok/s by its own clock")
-    if draft_tokens:
-        notes.append(f"drafted {draft_tokens}, accepted {accepted_draft_tokens}")
+    if proposed_tokens:
+        notes.append(f"proposed {proposed_tokens}, accepted {accepted_tokens}")
     notes.append(f"figures from {server.get('figures', 'nothing')}")
     if server.get("server_wide"):
         notes.append("counted server-wide: other requests meanwhile count too")
@@ -211,8 +211,8 @@ def _llama_stats(rb: StepRebuilder, timings: dict, req: Request, proposer: str |
         new_tokens=n,
         seconds=(t_last - t0) if t_last is not None else time.perf_counter() - t0,
         prefill_seconds=(t_first - t0) if t_first is not None else 0.0,
-        draft_tokens=drafted,
-        accepted_draft_tokens=accepted,
+        proposed_tokens=drafted,
+        accepted_tokens=accepted,
         target_forward_passes=verifications,
         speculative_steps=len(rb.spec_steps),
         speculative_step_tokens=rb.spec_step_tokens,
@@ -355,17 +355,17 @@ def _openai_stats(gen: ServerGeneration, usage: dict, figures: SpecFigures | Non
     s.server = dict(base)
     s.server.update(colours="not reported per token (kind server)", prompt_tokens=int(usage.get("prompt_tokens") or 0),
                     tokens_per_second=n / s.seconds if s.seconds > 0 else 0.0)
-    if figures is not None and figures.draft_tokens:
+    if figures is not None and figures.proposed:
         s.mode = "speculative"
-        s.draft_tokens = figures.draft_tokens
-        s.accepted_draft_tokens = min(figures.accepted, figures.draft_tokens)
+        s.proposed_tokens = figures.proposed
+        s.accepted_tokens = min(figures.accepted, figures.proposed)
         s.per_position_proposed = list(figures.per_position_proposed)
         s.per_position_accepted = list(figures.per_position_accepted)
         # each verification emits one target token after its kept drafts
-        s.target_forward_passes = max(n - s.accepted_draft_tokens, 1)
+        s.target_forward_passes = max(n - s.accepted_tokens, 1)
         if figures.steps:  # a speculative step emits its kept drafts and one target token
             s.speculative_steps = min(figures.steps, s.target_forward_passes)
-            s.speculative_step_tokens = s.speculative_steps + s.accepted_draft_tokens
+            s.speculative_step_tokens = s.speculative_steps + s.accepted_tokens
         s.server.update(figures=figures.source, server_wide=figures.server_wide, speculative_steps=figures.steps)
     elif figures is not None:
         s.server.update(figures=figures.source + ": nothing drafted", server_wide=figures.server_wide)

@@ -101,7 +101,7 @@ class SpecFigures:
     """One answer's speculative figures as a server reported them, whatever the source."""
 
     source: str  # where they came from, said wherever they are shown
-    draft_tokens: int = 0
+    proposed: int = 0  # tokens the drafter proposed (vLLM's num_draft_tokens)
     accepted: int = 0
     steps: int | None = None  # verification steps that checked a draft (None: not reported)
     per_position_proposed: list[int] = field(default_factory=list)

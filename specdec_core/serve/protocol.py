@@ -23,9 +23,12 @@ Every response adds a "specdec" object:
     TOKEN = {"id", "text", "kind", "source", "step", "draft_position", "draft_length", "t", "margin"}
             and, where logprobs were asked for, "logprobs": {"chosen": LP, "top": [LP, ...]} with
             LP = [id, text, utf8 bytes, logprob] (a logprob the grammar forbids: -9999.0)
-    STATS = events.Stats.to_dict(): the engine's own figures (acceptance_rate = alpha,
-            mean_accepted_per_step = tau, tokens_per_second, decode_tokens_per_second,
-            plain_step_share, per-position counts, ...), never recomputed by the server
+    STATS = events.Stats.to_dict(): the engine's own figures (proposed_tokens, accepted_tokens,
+            acceptance_rate = alpha, tokens_per_speculative_step = tau, tokens_per_second,
+            decode_tokens_per_second, plain_step_share, per-position counts, ...), never
+            recomputed by the server. A server before these names sent draft_tokens,
+            accepted_draft_tokens and mean_accepted_per_step for the first two and tau: the
+            client reads those where the new ones are missing (renamed_figures.py)
     SETTINGS = {"max_new_tokens", "temperature", "top_k", "top_p", "min_p", "presence_penalty",
                 "frequency_penalty", "repetition_penalty", "logit_bias", "logprobs", "draft_tokens", "mode",
                 "proposer", "seed" (the request's, or the random one drawn for it), "engine_seed", "reuse_cache"}
@@ -40,6 +43,7 @@ import json
 import math
 
 from ..events import Logprobs, Stats, TokenEvent, TokenKind, TokenLogprob
+from ..renamed_figures import stats_under_current_names
 from ..settings import DecodeSettings
 
 EXTENSION = "specdec"  # the key of the extension object in requests, responses and the model card
@@ -130,9 +134,10 @@ def stats_to_wire(stats: Stats) -> dict:
 
 
 def stats_from_wire(d: dict, cls: type[Stats] = Stats, **extra) -> Stats:
-    """STATS back into a Stats (or a subclass, with `extra` fields): the fields it names; the
-    derived figures (alpha, tau, tok/s) are properties and follow from them."""
+    """STATS back into a Stats (or a subclass, with `extra` fields): the fields it names, an
+    older server's names read as today's; the derived figures (alpha, tau, tok/s) are
+    properties and follow from them."""
     names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: v for k, v in d.items() if k in names}
+    kwargs = {k: v for k, v in stats_under_current_names(d).items() if k in names}
     kwargs.update(extra)
     return cls(**kwargs)
