@@ -65,12 +65,13 @@ static void rmsnorm_row(const float* x, const float* w, int64_t n, float eps, fl
 static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, const float* x, int64_t T, int64_t K,
                          work* wk, int nt) {
   sd_from_float *q256 = NULL, *q32 = NULL; /* how each activation format is made, where one is needed */
-  int64_t nch[4], chunks = 0;
+  int64_t nch[4], ch[4], chunks = 0;
   for (int i = 0; i < nw; i++) {
     const sd_type_traits* t = sd_traits(ws[i]->type); /* sd_forward checked every matrix */
     if (t->act_blk == QKK) q256 = t->from_float;
     if (t->act_blk == QK) q32 = t->from_float;
-    nch[i] = (ws[i]->rows + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK;
+    ch[i] = sd_chunk_rows(ws[i], nt);
+    nch[i] = (ws[i]->rows + ch[i] - 1) / ch[i];
     chunks += nch[i];
   }
   wk->a256.K = wk->a32.K = K;
@@ -92,7 +93,7 @@ static void matmul_group(int nw, const sd_mat* const* ws, float* const* outs, co
       int i = 0;
       int64_t cc = c;
       while (cc >= nch[i]) cc -= nch[i++];
-      const int64_t rows = ws[i]->rows, lo = cc * SD_ROW_CHUNK, hi = lo + SD_ROW_CHUNK < rows ? lo + SD_ROW_CHUNK : rows;
+      const int64_t rows = ws[i]->rows, lo = cc * ch[i], hi = lo + ch[i] < rows ? lo + ch[i] : rows;
       const sd_act* a = sd_traits(ws[i]->type)->act_blk == QKK ? &wk->a256 : &wk->a32;
       const int rc = sd_mm_rows(ws[i], NULL, a, x, T, lo, hi, outs[i], rows);
       if (rc) {

@@ -441,6 +441,20 @@ int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const fl
   return 0;
 }
 
+/* Output rows of w a thread takes at a time: an eighth of its even share, in whole units of
+   SD_ROW_CHUNK. Few large chunks, not many small ones: on the project's 2-core VMs each chunk
+   handed out costs a shared counter's cache line moving between the cores and a restarted
+   prefetch stream, and with the 32-row chunks of before (14-16 KB of a one-row pass's weights,
+   under a microsecond of reading) that was a quarter of the draft's one-row step (speed notes,
+   item 62). Eight chunks a thread still let one carry on where another program holds the other
+   core for a while. Which rows a thread takes never changes a row's numbers: every output row is
+   its own dot product, and a chunk starts on a whole interleaved unit (16 rows). */
+int64_t sd_chunk_rows(const sd_mat* w, int nthreads) {
+  const int64_t parts = 8 * (int64_t)(nthreads > 0 ? nthreads : 1);
+  const int64_t rows = ((int64_t)w->rows + parts - 1) / parts;
+  return rows <= SD_ROW_CHUNK ? SD_ROW_CHUNK : (rows + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK * SD_ROW_CHUNK;
+}
+
 SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const void* w, int64_t N, int64_t row_bytes,
                         int layout, const int32_t* rowmap, float* y, int64_t ldy, int nthreads) {
   const sd_mat wm = {w, row_bytes, type, (int32_t)N, (int32_t)K, layout};
@@ -460,6 +474,7 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
     }
   }
   if (nthreads < 1) nthreads = 1;
+  const int64_t CH = sd_chunk_rows(&wm, nthreads);
   int fail = 0;
 #pragma omp parallel num_threads(nthreads)
   {
@@ -476,9 +491,8 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
     }
     /* chunks of output rows handed out as threads come free (see forward.c's matmul_group) */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t c = 0; c < (N + SD_ROW_CHUNK - 1) / SD_ROW_CHUNK; c++) {
-      const int rc = sd_mm_rows(&wm, rowmap, &a, x, M, c * SD_ROW_CHUNK,
-                                c * SD_ROW_CHUNK + SD_ROW_CHUNK < N ? c * SD_ROW_CHUNK + SD_ROW_CHUNK : N, y, ldy);
+    for (int64_t c = 0; c < (N + CH - 1) / CH; c++) {
+      const int rc = sd_mm_rows(&wm, rowmap, &a, x, M, c * CH, c * CH + CH < N ? c * CH + CH : N, y, ldy);
       if (rc) {
 #pragma omp atomic write
         fail = rc;

@@ -116,7 +116,7 @@ SD_EXPORT int sd_abi_layout(int64_t* out, int n);
 
 /* -- block formats (byte layouts as llama.cpp's ggml-common.h; fp16 fields as raw bits) -- */
 #define QK 32   /* elements per block of the 32-element types */
-#define SD_ROW_CHUNK 32 /* output rows a thread takes at a time (dynamic schedule) */
+#define SD_ROW_CHUNK 16 /* the output rows a thread takes at a time are a multiple of this (sd_chunk_rows) */
 #define QKK 256 /* elements per super-block of the K-quants */
 #define SD_MB 64 /* activation rows a row kernel takes at a time (its accumulators live on the stack) */
 
@@ -251,6 +251,7 @@ void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out
    weight rows n in [n0, n1) (through rowmap when not NULL): 0, SD_EUNSUPPORTED or SD_ENOMEM */
 int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
                int64_t n0, int64_t n1, float* y, int64_t ldy);
+int64_t sd_chunk_rows(const sd_mat* w, int nthreads); /* output rows of w a thread takes at a time */
 float sd_tree8_dot(const float* a, const float* b, int64_t n);
 float sd_tree8_sumsq(const float* a, int64_t n);
 void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in every build */
