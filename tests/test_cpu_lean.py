@@ -84,6 +84,39 @@ def test_every_row_is_the_same_whatever_shares_its_pass(tok, k_model):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (6, 2), (20, 2)])
+def test_attention_is_the_reference_on_every_build(tmp_path, tok, heads, kv_heads):
+    """kernels/attention.c: the x86 builds attend with the heads of a key-value head together
+    (up to 8 a tile: a group of 1, of 3, of 10 split in two), the 512-bit build two keys a
+    register; every row's logits equal the portable build's, which takes a head at a time --
+    a prefill of 150 rows (odd and even lengths, past one chunk), then 1 and 9 more."""
+    from specdec_core.cpu import abi, build
+    from test_cpu_kernel import SIMD
+
+    twin = soften(make_model(len(tok), seed=3, hidden=16 * heads, intermediate=96, heads=heads, kv_heads=kv_heads,
+                             tie_word_embeddings=False, max_positions=1024), 5.0)
+    loaded = cm.load(write_gguf(tmp_path / "a.gguf", twin, tok, SMALL_TYPES), None)
+    lean = lean_mod.LeanForward(loaded.model)
+    assert lean.head_dim == 16
+    ids = np.asarray((_ids(tok, 16) * 10)[:160], np.int32)
+
+    def passes(lib):
+        cache = lean.new_cache()
+        cache.reserve(len(ids), keep=0)
+        out = []
+        for start, n in ((0, 150), (150, 1), (151, 9)):
+            logits = torch.empty(n, lean.vocab)
+            assert lib.sd_forward(lean._struct, abi.ptr(cache.keys), abi.ptr(cache.values), cache.capacity,
+                                  abi.ptr(ids[start:]), n, start, abi.ptr(logits), n, 2) == 0
+            out.append(logits)
+        return torch.cat(out)
+
+    reference = passes(build.load_variant(build.BY_NAME["portable"]).lib)
+    assert torch.isfinite(reference).all()
+    for variant in SIMD:
+        assert torch.equal(passes(build.load_variant(variant).lib), reference), variant.name
+
+
 def test_rollback_is_a_shorter_length(tok, k_model):
     lean = lean_mod.LeanForward(k_model.model)
     ids = _ids(tok, 20)

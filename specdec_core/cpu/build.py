@@ -38,7 +38,7 @@ from pathlib import Path
 from . import abi
 
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = ("blocks.c", "quants.c", "forward.c", "features.c")
+SOURCES = ("blocks.c", "quants.c", "attention.c", "forward.c", "features.c")
 HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h", "x8_neon.h")
 SHIPPED = KERNELS / "lib"
 ENV = "SPECDEC_CPU_KERNEL"

@@ -9,7 +9,7 @@
 
    Float order, as in sdcpu.h: RMSNorm  r = 1 / sqrt(tree8(x*x) / n + eps),  y = w * (x * r);
    attention  s_j = tree8(q . k_j) * scale,  p_j = e^(s_j - max),  out = (sum_j p_j v_j) / tree8(p)
-   with the v-sum taken over j in order;  SiLU  g / (1 + e^-g), times up. */
+   with the v-sum taken over j in order (attention.c);  SiLU  g / (1 + e^-g), times up. */
 #include "sdcpu.h"
 
 #include <math.h>
@@ -17,11 +17,6 @@
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
-#endif
-#if defined(__AVX2__)
-#include <immintrin.h>
-#elif defined(__ARM_NEON)
-#include <arm_neon.h>
 #endif
 
 #define CHUNK 64
@@ -127,70 +122,6 @@ static void rope(float* y, int64_t T, int heads, int hd, int neox, const float* 
     }
 }
 
-/* out[hd] = sum over j < L of p[j] * v_j, in order of j, per element */
-static void weighted_sum(const float* p, const float* vbase, int64_t stride, int64_t L, int hd, float* out) {
-  int d = 0;
-#if defined(__AVX2__)
-  for (; d + 8 <= hd; d += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t j = 0; j < L; j++)
-      acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(vbase + j * stride + d)));
-    _mm256_storeu_ps(out + d, acc);
-  }
-#elif defined(__ARM_NEON)
-  for (; d + 4 <= hd; d += 4) {
-    float32x4_t acc = vdupq_n_f32(0.0f);
-    for (int64_t j = 0; j < L; j++) acc = vaddq_f32(acc, vmulq_f32(vdupq_n_f32(p[j]), vld1q_f32(vbase + j * stride + d)));
-    vst1q_f32(out + d, acc);
-  }
-#endif
-  for (; d < hd; d++) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < L; j++) acc = acc + p[j] * vbase[j * stride + d];
-    out[d] = acc;
-  }
-}
-
-static float tree8_sum(const float* p, int64_t n) {
-  /* tree8 of p: the dot with ones multiplies by 1.0 exactly */
-  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  const int64_t n8 = n & ~(int64_t)7;
-  for (int64_t i = 0; i < n8; i += 8)
-    for (int j = 0; j < 8; j++) l[j] = l[j] + p[i + j];
-  float r = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-  for (int64_t i = n8; i < n; i++) r = r + p[i];
-  return r;
-}
-
-static void attention(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t T, int64_t start,
-                      float* att, float* scores_all, int64_t L_max, int nt) {
-  const int H = m->n_heads, hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
-  const int64_t hkv = (int64_t)m->n_kv_heads * hd;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-  for (int64_t th = 0; th < T * H; th++) {
-#ifdef _OPENMP
-    float* s = scores_all + (int64_t)omp_get_thread_num() * L_max;
-#else
-    float* s = scores_all;
-#endif
-    const int64_t t = th / H;
-    const int h = (int)(th % H), kvh = h / group;
-    const int64_t L = start + t + 1;
-    const float* qv = q + (t * H + h) * hd;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < L; j++) {
-      s[j] = sd_tree8_dot(qv, kc + j * hkv + kvh * hd, hd) * m->attn_scale;
-      mx = s[j] > mx ? s[j] : mx;
-    }
-    for (int64_t j = 0; j < L; j++) s[j] = s[j] - mx;
-    sd_exp_inplace(s, L);
-    const float sum = tree8_sum(s, L);
-    float* out = att + (t * H + h) * hd;
-    weighted_sum(s, vc + kvh * hd, hkv, L, hd, out);
-    for (int d = 0; d < hd; d++) out[d] = out[d] / sum;
-  }
-}
-
 static void head_norm(float* y, const float* w, int64_t T, int heads, int hd, float eps) {
   if (!w) return;
   for (int64_t i = 0; i < T * heads; i++) rmsnorm_row(y + i * hd, w, hd, eps, y + i * hd);
@@ -238,7 +169,7 @@ static int chunk(const sd_model* m, float* kc, float* vc, int64_t cap, const int
     PROF_END(0);
     memcpy(kl + start * hkv, w->k, sizeof(float) * T * hkv);
     memcpy(vl + start * hkv, w->v, sizeof(float) * T * hkv);
-    attention(m, w->q, kl, vl, T, start, w->att, w->scores, start + T, nt);
+    sd_attention(m, w->q, kl, vl, T, start, w->att, w->scores, start + T, nt);
     PROF_END(1);
     {
       const sd_mat* ws[1] = {&L->wo};
@@ -325,7 +256,7 @@ SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capaci
   w.g = (float*)xmalloc(sizeof(float) * C * F, &fail);
   w.u = (float*)xmalloc(sizeof(float) * C * F, &fail);
   w.tmp = (float*)xmalloc(sizeof(float) * C * wide, &fail);
-  w.scores = (float*)xmalloc(sizeof(float) * (size_t)nthreads * (start + T), &fail);
+  w.scores = (float*)xmalloc(sizeof(float) * (size_t)nthreads * (start + T) * SD_ATT_LANES, &fail);
   w.cs = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
   w.sn = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
   int rc = fail ? SD_ENOMEM : SD_OK;

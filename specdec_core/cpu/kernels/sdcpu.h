@@ -251,7 +251,14 @@ void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out
    weight rows n in [n0, n1) (through rowmap when not NULL): 0, SD_EUNSUPPORTED or SD_ENOMEM */
 int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const float* x, int64_t M,
                int64_t n0, int64_t n1, float* y, int64_t ldy);
-int64_t sd_chunk_rows(const sd_mat* w, int nthreads); /* output rows of w a thread takes at a time */
+int64_t sd_chunk_rows(const sd_mat* w, int nthreads);
+/* attention.c: att [T][heads][head_dim] for queries q (the same shape) at positions start.., over
+   the positional caches kc/vc [capacity][kv_heads * head_dim] of one layer; scratch holds
+   nthreads * L_max * SD_ATT_LANES floats (L_max = start + T) */
+#define SD_ATT_LANES 8
+#define SD_ATT_MAX_HD 256 /* the 512-bit tile keeps a head this long in a stack buffer; longer ones take 256 bits */
+void sd_attention(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t T, int64_t start,
+                  float* att, float* scratch, int64_t L_max, int nt); /* output rows of w a thread takes at a time */
 float sd_tree8_dot(const float* a, const float* b, int64_t n);
 float sd_tree8_sumsq(const float* a, int64_t n);
 void sd_exp_inplace(float* x, int64_t n); /* x = e^x, the same polynomial in every build */
