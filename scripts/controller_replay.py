@@ -40,7 +40,22 @@ FIRST_READ = 128
 COSTS = {
     "vnni": dict(base=0.052, per_ctx=0.000016, row=0.16, draft=0.30, read=0.032, prefill_row=0.0051, prefill_quad=0.000003),
     "avx2": dict(base=0.060, per_ctx=0.000018, row=0.22, draft=0.35, read=0.04, prefill_row=0.006, prefill_quad=0.0000035),
+    # the 2-core AMD Zen 5 VM after speed notes items 62-63 (avx512vnni kernel): a one-row step is
+    # memory-bound and fast, so a verification's cost is not linear in its rows -- v[n] is a pass
+    # of n rows in one-row steps (measured at context 200; speed notes item 64)
+    "zen5": dict(base=0.0228, per_ctx=0.0000052, row=0.18, draft=0.36, read=0.043, prefill_row=0.0044,
+                 prefill_quad=0.0000003, rows=[1.0, 1.072, 1.287, 1.812, 1.884, 2.012, 2.072, 2.167, 2.381, 2.49, 2.535,
+                                               2.656, 2.797, 2.778, 2.932, 3.557, 3.867]),
 }
+
+
+def verify_cost(cost: dict, k: int) -> float:
+    """A verification of k proposals (k + 1 rows) in one-row steps: the machine's table where it
+    has one, else linear in the rows."""
+    table = cost.get("rows")
+    if table:
+        return table[k] if k < len(table) else table[-1] + (k + 1 - len(table)) * cost["row"]
+    return 1 + cost["row"] * k
 
 
 def record(args) -> None:
@@ -135,14 +150,14 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
                     ok = agrees
                     sure *= c
                     expected += sure
-                    if sure < plan.min_confidence:
+                    if sure < plan.confidence_after(len(tokens)):
                         break
                 draft_s = len(tokens) * cost["draft"] * plain(ctx)
                 seen, fresh = ctx, False
         acc = 0
         while acc < len(tokens) and emitted + acc < n - 1 and tokens[acc] == ans[emitted + acc]:
             acc += 1
-        verify = plain(ctx) * (1 + cost["row"] * len(tokens))
+        verify = plain(ctx) * verify_cost(cost, len(tokens))
         if source:
             used[source][0] += len(tokens)
             used[source][1] += acc

@@ -8,11 +8,14 @@ The rule (README, "Adaptive draft length"):
    is still proposed. The decision depends on the draft's own values only, so the
    acceptance rule stays exact.
 2. The threshold is what one more drafted token costs, in plain target steps: the draft's
-   time per token plus the extra verification time per proposed row, both measured (EMA)
-   and divided by the measured plain step time, then divided by the draft's calibration
+   time per token plus what the verification grows by with it, both measured (EMA) and
+   divided by the measured plain step time, then divided by the draft's calibration
    (tokens kept / tokens its confidences expected, decayed sums: a small draft is often
    surer than it is right); clamped to [0.2, 0.9], 0.5 until measured. A token worth
-   proposing is accepted with at least that chance.
+   proposing is accepted with at least that chance. The verification is measured per
+   number of proposals (`verify_cost`), not as one cost per row: where a one-row step is
+   memory-bound, the 2nd and 3rd rows come nearly free and the 4th does not (speed notes,
+   item 64), so the threshold is set per length (`confidence_steps`).
 3. Prompt lookup is judged per proposal, by the length n of the match it found (the last n
    tokens occurred before): what followed a 1-token match is rarely what comes next, what
    followed an 8-token match in an edit or a summary usually is (docs/speed-notes.md). For
@@ -55,7 +58,11 @@ The rule (README, "Adaptive draft length"):
    proposing in that kind of text; it may again once the budget, growing with the answer,
    covers what it lost, or when the kind of text changes (a code block opens or closes: the
    draft's rate is then measured afresh). So a 12% lookup in prose stops after a couple of
-   steps, and a draft that loses in an explanation costs at most its share.
+   steps, and a draft that loses in an explanation costs at most its share. Before a step,
+   the draft proposes at most as many tokens as its ledger has room to lose if the first of
+   them is rejected (`draft_room`; at least one): a draft that has earned nothing yet
+   proposes short runs, lengthened as it earns, and one overconfident run cannot spend an
+   answer's budget at once.
 
 Why the draft's running confidence and not a draft length from the textbook
 E(k) = (1 - alpha^(k+1)) / (1 - alpha): real text is not i.i.d. -- code has long runs the
@@ -158,6 +165,10 @@ class AdaptiveDraftLength:
     draft_per_token: float | None = None  # seconds
     read_per_token: float | None = None  # seconds the draft takes to read a token of backlog
     row_cost: float | None = None  # extra verification time per proposed row, in plain steps
+    # a verification of k proposals (k + 1 rows), in plain steps, per k measured (EMA): where a
+    # one-row step is memory-bound a few more rows come almost free and the next ones do not
+    # (speed notes, item 64), which one cost per row cannot say
+    verify_seen: dict[int, float] = field(default_factory=dict)
     prefill_row_seconds: float | None = None  # the prompt's prefill time per row (a prior for row_cost)
     plain_rate: float | None = None  # tokens / s of plain steps
     draft_rate: float | None = None  # tokens / s of draft steps
@@ -175,6 +186,7 @@ class AdaptiveDraftLength:
     # (negative: won, down to -credit_cap plain steps), and the decoding time so far
     budget_share: float = 0.02
     credit_cap: float = 3.0
+    risk_cap: bool = True  # draft_room: a step's worst case within the ledger's room
     losses: dict[tuple[str, str, int], float] = field(default_factory=dict)
     elapsed: float = 0.0
     kind: str = PROSE  # the kind of text of the step planned last
@@ -212,6 +224,39 @@ class AdaptiveDraftLength:
         return min(max((c + self.row_cost) / self.calibration, self.threshold_min), self.threshold_max)
 
     @property
+    def confidence_steps(self) -> tuple[float, ...]:
+        """Rule 2 per length: entry i - 1 is the running confidence the draft needs, after i
+        tokens, to propose token i + 1 -- what that token costs (a drafted token and the
+        verification's growth from i to i + 1 proposals) over the calibration. Empty until both
+        costs are measured (then `min_confidence` holds)."""
+        c = self.cost_ratio
+        if c is None or not self.verify_seen:
+            return ()
+        v = [self.verify_cost(k) for k in range(self.k_max + 1)]
+        return tuple(min(max((c + max(v[i + 1] - v[i], 0.0)) / self.calibration, self.threshold_min),
+                         self.threshold_max) for i in range(1, self.k_max))
+
+    def verify_cost(self, k: int) -> float:
+        """A verification of k proposals in plain steps: measured at k; else between the nearest
+        measured lengths; else on from the longest measured at a row's cost each."""
+        if k <= 0:
+            return 1.0
+        seen = self.verify_seen
+        if k in seen:
+            return seen[k]
+        below = max((j for j in seen if j < k), default=0)
+        above = min((j for j in seen if j > k), default=None)
+        at_below = seen.get(below, 1.0)
+        if above is None:
+            return at_below + (k - below) * self.rows
+        return at_below + (seen[above] - at_below) * (k - below) / (above - below)
+
+    def step_costs(self, per_token: float) -> list[float]:
+        """[k] -> a step of k proposals in plain steps: its verification and k tokens at
+        `per_token` each (the draft's cost; 0 for lookup). Index 0 is a plain step."""
+        return [self.verify_cost(k) + k * per_token for k in range(self.k_max + 1)]
+
+    @property
     def rows(self) -> float:
         """A verified row's cost in plain steps: measured, else the prompt's prefill per row."""
         if self.row_cost is not None:
@@ -246,7 +291,7 @@ class AdaptiveDraftLength:
         """Tokens per plain-step time of draft steps over plain steps' 1, at the predicted
         acceptance and the costs known now (the best fixed k of 1..8, i.i.d. acceptance)."""
         c = self.cost_ratio if self.cost_ratio is not None else self.draft_cost_prior
-        return _best_rate(self.predicted_alpha, c + self.rows, 8)[1]
+        return _best_rate(self.predicted_alpha, self.step_costs(c)[:9])[1]
 
     def draft_predicted_to_pay(self, backlog: int, remaining: int | None) -> bool:
         """Start (or, after it lost, probe) the draft: do the tokens it is expected to save
@@ -277,6 +322,22 @@ class AdaptiveDraftLength:
 
     def within_budget(self, source: str, match: int = 0) -> bool:
         return self.lost(source, match) <= self.budget_share * self.elapsed
+
+    def draft_room(self) -> int:
+        """Rule 6 before the step: the most tokens the draft may propose, so that a step whose
+        first token is rejected -- k drafted tokens and a verification of k, for the target's
+        one token -- cannot lose more than the source's ledger still has room for (at least
+        one token: the ledger decides whether it runs at all). So a draft that has earned
+        nothing yet proposes short runs and lengthens them as it earns, and one overconfident
+        run cannot spend a whole answer's budget (speed notes, item 64)."""
+        if self.plain_rate is None or not self.risk_cap:
+            return self.k_max
+        room = (self.budget_share * self.elapsed - self.lost(DRAFT)) * self.plain_rate  # plain steps
+        c = self.cost_ratio if self.cost_ratio is not None else self.draft_cost_prior
+        k = 1
+        while k < self.k_max and k * c + self.verify_cost(k) - 1.0 + c + self.verify_cost(k + 1) - self.verify_cost(k) <= room:
+            k += 1
+        return k
 
     def _book(self, o: StepOutcome) -> None:
         """Rule 6: what a proposing step lost (or won) against plain steps' time."""
@@ -323,20 +384,20 @@ class AdaptiveDraftLength:
                     self._probing = DRAFT
             if on and not self.within_budget(DRAFT):  # rule 6: it lost its share in this kind of text
                 on, rival, self._probing = False, 1.0, None
-            draft = self.k_max if on else 0
+            draft = self.draft_room() if on else 0
         lookup = (0,) * (MATCH_MAX + 1)
         if LOOKUP in self.sources:
-            r = self.rows
-            lookup = (0,) + tuple(self._lookup_length(n, r, rival) if self.within_budget(LOOKUP, n) else 0
+            costs = self.step_costs(0.0)
+            lookup = (0,) + tuple(self._lookup_length(n, costs, rival) if self.within_budget(LOOKUP, n) else 0
                                   for n in range(1, MATCH_MAX + 1))
         self._since_plain += 1
         if draft and self.draft_started and self._probing is None and self._since_plain >= self.probe_max:
             self._probing = ""  # a plain step keeps the plain rate current
             return DraftPlan()
-        return DraftPlan(draft, lookup, self.min_confidence)
+        return DraftPlan(draft, lookup, self.min_confidence, confidence_steps=self.confidence_steps if draft else ())
 
-    def _lookup_length(self, n: int, row: float, rival: float) -> int:
-        k, rate = _best_rate(self.lookup_beta(n), row, self.k_max)
+    def _lookup_length(self, n: int, costs: list[float], rival: float) -> int:
+        k, rate = _best_rate(self.lookup_beta(n), costs)
         return k if rate > rival else 0
 
     # -- learning --------------------------------------------------------------------------
@@ -369,6 +430,9 @@ class AdaptiveDraftLength:
             # row added (never below zero: a fast verification is not a gain per row)
             row = max(o.verify_seconds * self.plain_rate - 1.0, 0.0) / o.proposed
             self.row_cost = row if self.row_cost is None else _ema(self.row_cost, row, self.ema)
+            v = max(o.verify_seconds * self.plain_rate, 1.0)
+            old = self.verify_seen.get(o.proposed)
+            self.verify_seen[o.proposed] = v if old is None else _ema(old, v, self.ema)
         if o.source == LOOKUP:
             n = min(max(o.match, 1), MATCH_MAX)
             kept, lost = self._lookup_counts()
@@ -401,14 +465,15 @@ class AdaptiveDraftLength:
             self.read_per_token = per_read if self.read_per_token is None else _ema(self.read_per_token, per_read, self.ema)
 
 
-def _best_rate(beta: float, token_cost: float, k_max: int) -> tuple[int, float]:
-    """The k in 1..k_max maximising E(k) / (1 + k * token_cost), E(k) = 1 + beta + ... + beta^k
-    (i.i.d. acceptance at beta per token): (k, that rate in tokens per plain-step time)."""
+def _best_rate(beta: float, costs: list[float]) -> tuple[int, float]:
+    """The k in 1..len(costs)-1 maximising E(k) / costs[k], E(k) = 1 + beta + ... + beta^k
+    (i.i.d. acceptance at beta per token), costs[k] a step of k proposals in plain steps:
+    (k, that rate in tokens per plain-step time)."""
     best_k, best, run, term = 1, 0.0, 1.0, 1.0
-    for k in range(1, k_max + 1):
+    for k in range(1, len(costs)):
         term *= beta
         run += term
-        rate = run / (1.0 + k * token_cost)
+        rate = run / costs[k]
         if rate > best:
             best_k, best = k, rate
     return best_k, best

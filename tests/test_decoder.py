@@ -381,6 +381,30 @@ def test_the_draft_stops_once_its_confidence_in_the_whole_run_falls_below_the_th
 
 
 
+def test_the_draft_takes_the_threshold_of_each_length(tiny):
+    # the same picks; per-length thresholds (the controller's confidence_steps): after one
+    # token 0.95 would stop it, after two 0.1 would not -- the first entry decides, and the plan's
+    # single threshold is not used
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    picks = iter([(5, 0.9), (6, 0.8), (7, 0.7), (8, 0.9), (9, 0.9)])
+
+    def fake_forward(ids, logits_to_keep=1):
+        if logits_to_keep == 0:
+            return torch.empty(0, tiny.vocab)
+        tok, p = next(picks)
+        probs = torch.full((tiny.vocab,), (1 - p) / (tiny.vocab - 1))
+        probs[tok] = p
+        return probs.log()[None]
+
+    prop.lm.forward = fake_forward
+    plan = DraftPlan(draft=5, min_confidence=0.01, confidence_steps=(0.1, 0.1, 0.6))
+    # running products 0.9, 0.72, 0.504: the third is below its length's 0.6, so it is the last
+    got = prop.propose([1, 2, 3], plan, SamplingParams(), torch.Generator())
+    assert got.tokens == [5, 6, 7]
+    assert plan.confidence_after(1) == 0.1 and plan.confidence_after(9) == 0.6  # the last entry holds on
+    assert DraftPlan(min_confidence=0.4).confidence_after(3) == 0.4
+
+
 def test_a_draft_catching_up_after_plain_steps_proposes_what_it_would_have_token_by_token(tiny):
     # After plain target steps the draft has text it never read. It reads that backlog in a
     # pass of its own (timed apart, so the adaptive controller does not charge it to the drafted

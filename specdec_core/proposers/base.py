@@ -44,6 +44,14 @@ class DraftPlan:
     # most tokens a grammar's forced run may give (the decoder sets it for a constrained answer:
     # forced tokens cost no model, so every step may take them, whatever the controller planned)
     grammar: int = 0
+    # the same threshold per length, where the next token costs more at some lengths than at
+    # others: entry i - 1 holds after i tokens (the last entry past its end); empty: min_confidence
+    confidence_steps: tuple[float, ...] = ()
+
+    def confidence_after(self, i: int) -> float:
+        """The running confidence the draft needs, after i >= 1 tokens, to propose another."""
+        steps = self.confidence_steps
+        return steps[min(i, len(steps)) - 1] if steps else self.min_confidence
 
     @property
     def empty(self) -> bool:
@@ -53,7 +61,7 @@ class DraftPlan:
         """The same plan, no source proposing more than n (the answer's remaining budget)."""
         n = max(n, 0)
         return DraftPlan(min(self.draft, n), tuple(min(k, n) for k in self.lookup), self.min_confidence,
-                         min(self.grammar, n))
+                         min(self.grammar, n), self.confidence_steps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,7 +148,7 @@ class DraftModelProposer:
             # depends on the draft's values only, so the acceptance rule stays exact.
             sure *= conf
             expected += sure
-            if sure < min_confidence:
+            if sure < plan.confidence_after(len(tokens)):
                 break
         # The last proposed token is not fed: k passes give k tokens. observe() rolls back.
         q_draft = torch.stack(q_rows) if q_rows else None
