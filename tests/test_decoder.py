@@ -359,23 +359,27 @@ def test_confidence_stop_shortens_drafts_and_keeps_exactness(tiny):
         assert spec.token_ids == ref
 
 
+def picking_forward(vocab: int, picks: list[tuple[int, float]]):
+    """A draft forward that picks the given (token, probability) in turn, the rest of the mass
+    spread evenly; a read without logits (the prompt) returns none."""
+    calls = iter(picks)
+
+    def forward(ids, logits_to_keep=1):
+        if logits_to_keep == 0:
+            return torch.empty(0, vocab)
+        tok, p = next(calls)
+        probs = torch.full((vocab,), (1 - p) / (vocab - 1))
+        probs[tok] = p
+        return probs.log()[None]
+    return forward
+
+
 def test_the_draft_stops_once_its_confidence_in_the_whole_run_falls_below_the_threshold(tiny):
     # hand-built draft probabilities for its picks: 0.9, 0.8, 0.7, 0.9, 0.9 -> running products
     # 0.9, 0.72, 0.504, 0.454, ...: with 0.5 the fourth token (the one that crosses) is the
     # last proposed, although no single token is below 0.5
     prop = DraftModelProposer(tiny.draft, tiny.vocab)
-    picks = [(5, 0.9), (6, 0.8), (7, 0.7), (8, 0.9), (9, 0.9)]
-    calls = iter(picks)
-
-    def fake_forward(ids, logits_to_keep=1):
-        if logits_to_keep == 0:  # the read of the prompt: no logits
-            return torch.empty(0, tiny.vocab)
-        tok, p = next(calls)
-        probs = torch.full((tiny.vocab,), (1 - p) / (tiny.vocab - 1))
-        probs[tok] = p
-        return probs.log()[None]
-
-    prop.lm.forward = fake_forward
+    prop.lm.forward = picking_forward(tiny.vocab, [(5, 0.9), (6, 0.8), (7, 0.7), (8, 0.9), (9, 0.9)])
     got = prop.propose([1, 2, 3], DraftPlan(draft=5, min_confidence=0.5), SamplingParams(), torch.Generator())
     assert got.tokens == [5, 6, 7, 8]
 
@@ -386,17 +390,7 @@ def test_the_draft_takes_the_threshold_of_each_length(tiny):
     # token 0.95 would stop it, after two 0.1 would not -- the first entry decides, and the plan's
     # single threshold is not used
     prop = DraftModelProposer(tiny.draft, tiny.vocab)
-    picks = iter([(5, 0.9), (6, 0.8), (7, 0.7), (8, 0.9), (9, 0.9)])
-
-    def fake_forward(ids, logits_to_keep=1):
-        if logits_to_keep == 0:
-            return torch.empty(0, tiny.vocab)
-        tok, p = next(picks)
-        probs = torch.full((tiny.vocab,), (1 - p) / (tiny.vocab - 1))
-        probs[tok] = p
-        return probs.log()[None]
-
-    prop.lm.forward = fake_forward
+    prop.lm.forward = picking_forward(tiny.vocab, [(5, 0.9), (6, 0.8), (7, 0.7), (8, 0.9), (9, 0.9)])
     plan = DraftPlan(draft=5, min_confidence=0.01, confidence_steps=(0.1, 0.1, 0.6))
     # running products 0.9, 0.72, 0.504: the third is below its length's 0.6, so it is the last
     got = prop.propose([1, 2, 3], plan, SamplingParams(), torch.Generator())
