@@ -28,6 +28,9 @@ P = ptr  # an array (or None) as the kernel's pointer argument
 
 @pytest.fixture(scope="module")
 def portable():
+    # every build this module tries, compiled side by side before the first test needs one (a
+    # fresh clone compiles five or six here: ~60 s each on one core)
+    build.find_or_build_all([build.BY_NAME["portable"], *SIMD])
     return build.load_variant(build.BY_NAME["portable"])
 
 
@@ -93,6 +96,11 @@ def test_struct_layouts_are_the_compilers(portable):
         out = np.zeros(32, np.int64)
         assert k.lib.sd_abi_layout(P(out), 32) == len(expect)
         assert out[: len(expect)].tolist() == expect, k.name
+
+
+def test_builds_side_by_side_are_the_ones_found_one_at_a_time(portable):
+    wanted = [build.BY_NAME["portable"], *SIMD]
+    assert build.find_or_build_all(wanted, jobs=2) == [build.find_or_build(v) for v in wanted]
 
 
 def test_type_ids_are_ggmls():

@@ -166,6 +166,16 @@ def find_or_build(variant: Variant) -> Path:
     return cached if cached.is_file() else build(variant, cached.parent)
 
 
+def find_or_build_all(variants: list[Variant], jobs: int | None = None) -> list[Path]:
+    """find_or_build for each variant, the missing ones compiled side by side: one compiler
+    process builds one variant on one core, so a test run that needs every build (the emulated
+    VNNI ones included) waits for the slowest, not for their sum."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        return list(pool.map(find_or_build, variants))
+
+
 @dataclass
 class Kernel:
     """A loaded kernel library (its entry points as sdcpu.h declares them) and which variant it is."""
