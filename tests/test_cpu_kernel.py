@@ -29,8 +29,12 @@ P = ptr  # an array (or None) as the kernel's pointer argument
 @pytest.fixture(scope="module")
 def portable():
     # every build this module tries, compiled side by side before the first test needs one (a
-    # fresh clone compiles five or six here: ~60 s each on one core)
-    build.find_or_build_all([build.BY_NAME["portable"], *SIMD])
+    # fresh clone compiles five or six here: ~60 s each on one core); a build that fails here
+    # fails again in the tests that load it, with the compiler's message, and only there
+    try:
+        build.find_or_build_all([build.BY_NAME["portable"], *SIMD])
+    except RuntimeError:
+        pass
     return build.load_variant(build.BY_NAME["portable"])
 
 

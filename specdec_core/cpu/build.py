@@ -169,7 +169,8 @@ def find_or_build(variant: Variant) -> Path:
 def find_or_build_all(variants: list[Variant], jobs: int | None = None) -> list[Path]:
     """find_or_build for each variant, the missing ones compiled side by side: one compiler
     process builds one variant on one core, so a test run that needs every build (the emulated
-    VNNI ones included) waits for the slowest, not for their sum."""
+    VNNI ones included) waits about their sum over the cores, not their sum. The first build
+    that fails raises its RuntimeError."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
