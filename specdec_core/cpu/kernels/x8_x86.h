@@ -127,6 +127,28 @@ SD_INLINE xvi xv_bcast4(const int8_t* p) {
   return xv_set1(v);
 }
 
+/* acc + the products of codes c and the 4 activation codes at p, broadcast to every lane. The
+   avx512vnni build folds the broadcast into the product: one vpdpbusd with a {1to16} / {1to8}
+   memory operand, where a vpbroadcastd of its own costs a vector-pipe slot on some cores (the
+   AMD Zen 4 VM: an extra activation row of a 2-4-row pass 0.3-0.4 of a one-row step; speed
+   notes, item 74). GCC does not fold it by itself. The same products, so the same numbers.
+   The K-quants' many-row unit (kx8_rows) keeps its own broadcasts: folded there, its 5-8-row
+   passes measured 2-27% slower. */
+#if X_DP && SD_VNNI == 1 && !defined(SD_SIMDE_VNNI) && defined(__GNUC__)
+#define X_EMBED 1
+typedef int32_t x_i32a __attribute__((may_alias));
+SD_INLINE __m512i z_dot4m(__m512i acc, __m512i c, const int8_t* p) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(c), "m"(*(const x_i32a*)p));
+  return acc;
+}
+SD_INLINE __m256i y_dot4m(__m256i acc, __m256i c, const int8_t* p) {
+  __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(c), "m"(*(const x_i32a*)p));
+  return acc;
+}
+#else
+#define X_EMBED 0
+#endif
+
 /* 2 activation sums at p, in every lane */
 SD_INLINE xvi xv_bcast2x16(const int16_t* p) { return xv_bcast4((const int8_t*)p); }
 
@@ -479,7 +501,11 @@ SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const
         const __m256i code = kx8_chunk(TYPE, blk, e);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
+#if X_EMBED
+          t[r] = y_dot4m(t[r], code, xr[r] + e);
+#else
           t[r] = y_acc(t[r], code, y_bcast4(xr[r] + e));
+#endif
           SD_KEEP(t[r]);
         }
       }
@@ -564,7 +590,13 @@ SD_INLINE xvi bx8_row(const int TYPE, const xvi c[8], const xvi w[8], const int8
   (void)w;
   xvi t = xv_zero();
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; k++) t = xv_dpbusd(t, c[k], xv_bcast4(x + 4 * k));
+  for (int k = 0; k < 8; k++) {
+#if X_EMBED
+    t = z_dot4m(t, c[k], x + 4 * k);
+#else
+    t = xv_dpbusd(t, c[k], xv_bcast4(x + 4 * k));
+#endif
+  }
   const int off = TYPE == SD_Q4_0 ? 8 : TYPE == SD_Q5_0 ? 16 : 128; /* Q8_0: codes + 128 */
   return xv_sub32(t, xv_set1(off * X));
 #else
@@ -645,12 +677,16 @@ SD_INLINE void bx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
    loads waiting on memory): a one-row pass of Q4_0 read 20 GB/s on one core where Q4_K's
    direct path reads 31; now 27 (speed notes, item 64). */
 SD_INLINE __m256i b1_dot(__m256i t, __m256i c, const int8_t* x) {
+#if X_EMBED
+  return y_dot4m(t, c, x);
+#else
   int32_t v;
   memcpy(&v, x, 4);
 #if X_DP
   return y_dpbusd(t, c, _mm256_set1_epi32(v));
 #else
   return _mm256_add_epi16(t, _mm256_maddubs_epi16(c, _mm256_set1_epi32(v)));
+#endif
 #endif
 }
 
