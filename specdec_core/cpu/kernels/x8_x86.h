@@ -149,17 +149,19 @@ SD_INLINE __m256i y_dot4m(__m256i acc, __m256i c, const int8_t* p) {
 #define X_EMBED 0
 #endif
 
-/* 2 activation sums at p, in every lane */
-SD_INLINE xvi xv_bcast2x16(const int16_t* p) { return xv_bcast4((const int8_t*)p); }
-
-/* int32 lanes of 8 u8 x s8 products each... per call: acc + the 4-code products of c and x */
-SD_INLINE xvi xv_dot4(xvi acc, xvi c, xvi x) {
 #if X_DP
-  return xv_dpbusd(acc, c, x);
+/* acc + the products of codes c and the 4 activation codes at p (VNNI builds) */
+SD_INLINE xvi xv_dot4(xvi acc, xvi c, const int8_t* p) {
+#if X_EMBED
+  return z_dot4m(acc, c, p);
 #else
-  return xv_add32(acc, xv_madd(xv_maddubs(c, x), _mm256_set1_epi16(1)));
+  return xv_dpbusd(acc, c, xv_bcast4(p));
 #endif
 }
+#endif
+
+/* 2 activation sums at p, in every lane */
+SD_INLINE xvi xv_bcast2x16(const int16_t* p) { return xv_bcast4((const int8_t*)p); }
 
 /* the 8 fp16 at p as floats */
 SD_INLINE __m256 h8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
@@ -394,18 +396,19 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
 #define y_dpwssd _mm256_dpwssd_epi32
 #endif
 
-SD_INLINE __m256i y_bcast4(const int8_t* p) {
+/* acc + the products of codes c and the 4 activation codes at p, broadcast: int16 sums (AVX2)
+   or int32 (VNNI; the avx512vnni build with the broadcast inside the product) */
+SD_INLINE __m256i y_dot4(__m256i acc, __m256i c, const int8_t* p) {
+#if X_EMBED
+  return y_dot4m(acc, c, p);
+#else
   int32_t v;
   memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-/* acc + the products of codes c and activation codes x: int16 sums (AVX2) or int32 (VNNI) */
-SD_INLINE __m256i y_acc(__m256i acc, __m256i c, __m256i x) {
 #if X_DP
-  return y_dpbusd(acc, c, x);
+  return y_dpbusd(acc, c, _mm256_set1_epi32(v));
 #else
-  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(c, x));
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(c, _mm256_set1_epi32(v)));
+#endif
 #endif
 }
 
@@ -501,11 +504,7 @@ SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const
         const __m256i code = kx8_chunk(TYPE, blk, e);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-#if X_EMBED
-          t[r] = y_dot4m(t[r], code, xr[r] + e);
-#else
-          t[r] = y_acc(t[r], code, y_bcast4(xr[r] + e));
-#endif
+          t[r] = y_dot4(t[r], code, xr[r] + e);
           SD_KEEP(t[r]);
         }
       }
@@ -590,13 +589,7 @@ SD_INLINE xvi bx8_row(const int TYPE, const xvi c[8], const xvi w[8], const int8
   (void)w;
   xvi t = xv_zero();
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; k++) {
-#if X_EMBED
-    t = z_dot4m(t, c[k], x + 4 * k);
-#else
-    t = xv_dpbusd(t, c[k], xv_bcast4(x + 4 * k));
-#endif
-  }
+  for (int k = 0; k < 8; k++) t = xv_dot4(t, c[k], x + 4 * k);
   const int off = TYPE == SD_Q4_0 ? 8 : TYPE == SD_Q5_0 ? 16 : 128; /* Q8_0: codes + 128 */
   return xv_sub32(t, xv_set1(off * X));
 #else
@@ -676,20 +669,6 @@ SD_INLINE void bx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
    its lanes in memory, and the block 16 ahead on its way (2.3 KB: 4 blocks ahead kept the
    loads waiting on memory): a one-row pass of Q4_0 read 20 GB/s on one core where Q4_K's
    direct path reads 31; now 27 (speed notes, item 64). */
-SD_INLINE __m256i b1_dot(__m256i t, __m256i c, const int8_t* x) {
-#if X_EMBED
-  return y_dot4m(t, c, x);
-#else
-  int32_t v;
-  memcpy(&v, x, 4);
-#if X_DP
-  return y_dpbusd(t, c, _mm256_set1_epi32(v));
-#else
-  return _mm256_add_epi16(t, _mm256_maddubs_epi16(c, _mm256_set1_epi32(v)));
-#endif
-#endif
-}
-
 SD_INLINE void bx8_one_row_q4_0(const sd_mat* w, const sd_act* a, int64_t g, float* y) {
   const int64_t K = w->cols, nb = K / QK, ns = K / 16;
   const uint8_t* base = (const uint8_t*)w->data + g * nb * sizeof(x8_q4_0);
@@ -708,8 +687,8 @@ SD_INLINE void bx8_one_row_q4_0(const sd_mat* w, const sd_act* a, int64_t g, flo
 #pragma GCC unroll 4
       for (int k = 0; k < 4; k++) {
         const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk->qs + 32 * k));
-        t = b1_dot(t, _mm256_and_si256(raw, m4), x + 4 * k);
-        t = b1_dot(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), x + 16 + 4 * k);
+        t = y_dot4(t, _mm256_and_si256(raw, m4), x + 4 * k);
+        t = y_dot4(t, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), x + 16 + 4 * k);
       }
       const int32_t X = (int32_t)a->sums[2 * b] + a->sums[2 * b + 1];
 #if X_DP
