@@ -704,6 +704,54 @@ SD_INLINE void bx8_one_row_q4_0(const sd_mat* w, const sd_act* a, int64_t g, flo
                                             _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]))));
 }
 
+#if XG == 2
+/* Two activation rows, Q4_0 (the avx512vnni build, whose 32 registers hold both rows' 8 lanes):
+   bx8_one_row_q4_0's walk with each decoded chunk taken by both rows -- every lane's float
+   steps those of bx8_unit, row by row. After an all-accepted step the draft reads its last
+   drafted token and the target's bonus in one pass: through the unit that pass cost ~1.55 of
+   a one-row step on the Zen 4 VM (speed notes, item 79). */
+SD_INLINE void bx8_two_rows_q4_0(const sd_mat* w, const sd_act* a, int64_t g, float* y, int64_t ldy) {
+  const int64_t K = w->cols, nb = K / QK, ns = K / 16;
+  const uint8_t* base = (const uint8_t*)w->data + g * nb * sizeof(x8_q4_0);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 l0[8], l1[8];
+  for (int j = 0; j < 8; j++) l0[j] = l1[j] = _mm256_setzero_ps();
+  const int8_t* x0 = a->qs;
+  const int8_t* x1 = a->qs + K;
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+      const int64_t b = b0 + j;
+      if (b >= nb) break;
+      const x8_q4_0* blk = (const x8_q4_0*)(base + b * sizeof(x8_q4_0));
+      x_prefetch((const uint8_t*)blk + 16 * sizeof(x8_q4_0), sizeof(x8_q4_0));
+      __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; k++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i*)(blk->qs + 32 * k));
+        const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        t0 = y_dot4(t0, lo, x0 + 32 * b + 4 * k);
+        t1 = y_dot4(t1, lo, x1 + 32 * b + 4 * k);
+        t0 = y_dot4(t0, hi, x0 + 32 * b + 16 + 4 * k);
+        t1 = y_dot4(t1, hi, x1 + 32 * b + 16 + 4 * k);
+      }
+      const int32_t X0 = (int32_t)a->sums[2 * b] + a->sums[2 * b + 1];
+      const int32_t X1 = (int32_t)a->sums[ns + 2 * b] + a->sums[ns + 2 * b + 1];
+      const __m256 d = h8(blk->d);
+      l0[j] = _mm256_add_ps(l0[j], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(a->d[b])),
+                                                 _mm256_cvtepi32_ps(_mm256_sub_epi32(t0, _mm256_set1_epi32(8 * X0)))));
+      l1[j] = _mm256_add_ps(l1[j], _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(a->d[nb + b])),
+                                                 _mm256_cvtepi32_ps(_mm256_sub_epi32(t1, _mm256_set1_epi32(8 * X1)))));
+    }
+  }
+  _mm256_storeu_ps(y + 8 * g, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l0[0], l0[4]), _mm256_add_ps(l0[2], l0[6])),
+                                            _mm256_add_ps(_mm256_add_ps(l0[1], l0[5]), _mm256_add_ps(l0[3], l0[7]))));
+  _mm256_storeu_ps(y + ldy + 8 * g,
+                   _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l1[0], l1[4]), _mm256_add_ps(l1[2], l1[6])),
+                                 _mm256_add_ps(_mm256_add_ps(l1[1], l1[5]), _mm256_add_ps(l1[3], l1[7]))));
+}
+#endif
+
 /* ---------------------------------------------------------------- entry */
 
 SD_INLINE xvf xf_tree8(const float* l) {
@@ -746,6 +794,12 @@ SD_INLINE int mm_x8_b(const int TYPE, const sd_mat* w, const sd_act* a, int64_t 
     for (int64_t g = n0 / 8; g < n1 / 8; g++) bx8_one_row_q4_0(w, a, g, y);
     return 0;
   }
+#if XG == 2
+  if (TYPE == SD_Q4_0 && M == 2) {
+    for (int64_t g = n0 / 8; g < n1 / 8; g++) bx8_two_rows_q4_0(w, a, g, y, ldy);
+    return 0;
+  }
+#endif
   SD_ALIGN(64) float acc[SD_MB * 64 * XG];
   for (int64_t g = n0 / 8; g < n1 / 8; g += XG) {
     const int ng = n1 / 8 - g < XG ? (int)(n1 / 8 - g) : XG;
