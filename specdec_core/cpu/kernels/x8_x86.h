@@ -663,6 +663,12 @@ SD_INLINE void bx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   }
 }
 
+/* the 8 float lanes of a group's row in xf_tree8's order (bx8_unit's sum of a row's lanes) */
+SD_INLINE __m256 y_tree8(const __m256 l[8]) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
+                       _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
+}
+
 /* One activation row, Q4_0: a group (ymm, 8 rows) at a time, codes straight from each block
    into the products and the 8 float lanes in registers -- bx8_unit's numbers (lane b mod 8 of
    row r takes block b's term (d * dx) * S, then the tree8), without its paired zmm codes and
@@ -700,8 +706,7 @@ SD_INLINE void bx8_one_row_q4_0(const sd_mat* w, const sd_act* a, int64_t g, flo
     }
   }
   (void)ns;
-  _mm256_storeu_ps(y + 8 * g, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
-                                            _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]))));
+  _mm256_storeu_ps(y + 8 * g, y_tree8(l));
 }
 
 #if XG == 2
@@ -744,11 +749,8 @@ SD_INLINE void bx8_two_rows_q4_0(const sd_mat* w, const sd_act* a, int64_t g, fl
                                                  _mm256_cvtepi32_ps(_mm256_sub_epi32(t1, _mm256_set1_epi32(8 * X1)))));
     }
   }
-  _mm256_storeu_ps(y + 8 * g, _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l0[0], l0[4]), _mm256_add_ps(l0[2], l0[6])),
-                                            _mm256_add_ps(_mm256_add_ps(l0[1], l0[5]), _mm256_add_ps(l0[3], l0[7]))));
-  _mm256_storeu_ps(y + ldy + 8 * g,
-                   _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l1[0], l1[4]), _mm256_add_ps(l1[2], l1[6])),
-                                 _mm256_add_ps(_mm256_add_ps(l1[1], l1[5]), _mm256_add_ps(l1[3], l1[7]))));
+  _mm256_storeu_ps(y + 8 * g, y_tree8(l0));
+  _mm256_storeu_ps(y + ldy + 8 * g, y_tree8(l1));
 }
 #endif
 
