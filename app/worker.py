@@ -238,6 +238,14 @@ class Worker(QObject):
         except Exception as exc:  # ModelError and anything else: one line for the dialog
             self.load_failed.emit(_one_line(exc))
             return
+        # every chat starts with the template's head, and every message is decoded on the cache
+        # the last one left: read it now, so the first chat starts where later ones do
+        read_head = getattr(engine, "read_template_head", None)
+        if read_head is not None:
+            try:
+                read_head()
+            except Exception:  # noqa: BLE001 -- only a head start: the first message reads it instead
+                pass
         self.engine = engine
         progress("Models ready", 1.0)
         self.loaded.emit(describe(engine))

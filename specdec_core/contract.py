@@ -186,10 +186,12 @@ class EngineLike(Protocol):
         ...
 
     def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
-                 reuse_cache: bool = False, answer_prefix: int = 0) -> GenerationLike:
+                 reuse_cache: bool = False, answer_prefix: int = 0, reuse_at_most: int | None = None) -> GenerationLike:
         """Decode one answer with `settings` (mode, proposer, k, sampling, budget, seed; a
         budget of None: until the context is full, stop reason "context"). `cancel` ends it
-        within a step; `reuse_cache` keeps the cached prefix of a chat's earlier turns;
+        within a step; `reuse_cache` keeps the cached prefix of a chat's earlier turns, at most
+        `reuse_at_most` of the prompt's first tokens where given (the bench's first turns keep
+        the chat template's head alone; a server's own prompt cache decides what it keeps);
         `answer_prefix`: the prompt's last that many tokens are the answer being continued (its
         text is not handed out again). Refuses (ContextError, EngineError) before computing."""
         ...

@@ -106,10 +106,14 @@ class Decoder:
         cancel: threading.Event | None = None,
         reuse_cache: bool = False,
         answer_prefix: int = 0,
+        reuse_at_most: int | None = None,
     ) -> Generation:
         """reuse_cache: keep the KV caches' entries for the longest prefix of `prompt_ids` that
         they already hold (a chat's next turn) instead of recomputing the whole prompt. Off by
-        default: a benchmark or a race must pay every prompt's prefill.
+        default: a benchmark or a race must pay every prompt's prefill. reuse_at_most: keep no
+        more than that many of the prompt's first tokens (the bench's first turns: the chat
+        template's head, which every new chat in the app finds cached, and not the rest of an
+        earlier run of the same prompt).
 
         answer_prefix: the last that many prompt ids are the start of the answer this
         generation continues (an assistant prefill): the text handed out continues theirs.
@@ -130,7 +134,8 @@ class Decoder:
         run = DecodeRun(list(prompt_ids), params, torch.Generator().manual_seed(settings.seed), budget,
                         settings.max_new_tokens is not None, self.eos, proposer, constraint=constraint,
                         top_logprobs=settings.logprobs, token_texts=self.token_texts)
-        loop = self._loop(run, settings, cancel, detok, stats, reuse_cache)
+        keep = (list(prompt_ids) if reuse_at_most is None else list(prompt_ids[: reuse_at_most + 1])) if reuse_cache else None
+        loop = self._loop(run, settings, cancel, detok, stats, keep)
         return Generation(loop, detok, stats)
 
     def constraint(self, spec):
@@ -145,10 +150,10 @@ class Decoder:
         return self._grammars.constraint(spec)
 
     def _loop(self, run: DecodeRun, settings: DecodeSettings, cancel: threading.Event | None,
-              detok: IncrementalDetokenizer, stats: Stats, reuse_cache: bool) -> Iterator[TokenEvent]:
+              detok: IncrementalDetokenizer, stats: Stats, keep: list[int] | None) -> Iterator[TokenEvent]:
         """Step until a stop reason; each step counted in `stats` before its events are handed
         out. Nothing runs before the first event is asked for."""
-        self._start(run, settings, stats, reuse_cache)
+        self._start(run, settings, stats, keep)
         t0 = self.clock()
         while not stats.stop_reason:
             if cancel is not None and cancel.is_set():
@@ -169,10 +174,11 @@ class Decoder:
         self.last_answer_tokens, self.last_prompt_tokens = run.emitted, run.params.answer_start
         return stats
 
-    def _start(self, run: DecodeRun, settings: DecodeSettings, stats: Stats, reuse_cache: bool) -> None:
-        """Ready the caches and the controller for a new answer."""
-        if reuse_cache:
-            stats.reused_prompt_tokens = self.target.keep_prefix(run.ids)
+    def _start(self, run: DecodeRun, settings: DecodeSettings, stats: Stats, keep: list[int] | None) -> None:
+        """Ready the caches and the controller for a new answer. keep: the prompt, or the part of
+        it whose cached entries may be kept (None: none)."""
+        if keep is not None:
+            stats.reused_prompt_tokens = self.target.keep_prefix(keep)
         else:
             self.target.reset()
         self.target.forward_passes = 0
@@ -181,7 +187,7 @@ class Decoder:
             # the last (adaptive.py, rule 5) -- in the same conversation only
             prior = conversation_prior(stats.reused_prompt_tokens, self.last_prompt_tokens, self.last_answer_tokens)
             run.policy = make_policy(settings.draft_tokens, run.proposer.sources, prior)
-            run.proposer.reset(keep=run.ids if reuse_cache else None)
+            run.proposer.reset(keep=keep)
 
 
 def _events(r: StepResult, detok: IncrementalDetokenizer, text_kind: TextKind, t: float) -> Iterator[TokenEvent]:

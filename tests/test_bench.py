@@ -3,6 +3,7 @@ the transformers baselines' clean settings, aggregation arithmetic, one-line inp
 
 import copy
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -368,6 +369,8 @@ def test_a_conversation_is_measured_turn_by_turn_on_the_cache_the_last_turn_left
                  "--split", "holdout", "--baseline", "hf") == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["settings"]["split"] == "holdout" and "--split holdout" in rep["command"]
+    head = int(re.fullmatch(r"template head cached \((\d+) tokens\)", rep["settings"]["first_turns"]).group(1))
+    assert head > 0
     ids = list(dict.fromkeys(r["prompt_id"] for r in rep["rows"]))
     assert ids == ["c#1", "c#2", "c#3"]  # the tuning half's prompt is not run
     cats = {r["prompt_id"]: r["category"] for r in rep["rows"]}
@@ -379,9 +382,24 @@ def test_a_conversation_is_measured_turn_by_turn_on_the_cache_the_last_turn_left
         if r["mode"].startswith("hf-"):
             continue  # a peer pays every turn's prefill
         assert r["identical_to_standard"] is True, r
-        assert (rec["reused_prompt_tokens"] > 0) == (rec["turn"] > 1)
+        # the first turn starts from the template's head alone (as a new chat in the app), even
+        # where the run before it had the same prompt; a later turn from the chat so far
+        assert (rec["reused_prompt_tokens"] > head) == (rec["turn"] > 1)
+        assert rec["turn"] > 1 or rec["reused_prompt_tokens"] == head
         assert rec["mean_plain_step_seconds"] is None or rec["mean_plain_step_seconds"] > 0
     assert "## Steps: a plain step against a standard step" in (out / "report.md").read_text()
+
+
+def test_cold_start_pays_every_first_turn_whole(pair, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "x", "category": "chat", "prompt": "hello there"}) + "\n")
+    out = tmp_path / "out"
+    assert bench(pair, prompts, out, "--draft-tokens", "default", "--lookup-tokens", "none", "--repeats", "2",
+                 "--cold-start") == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["settings"]["first_turns"] == "cold" and "--cold-start" in rep["command"]
+    assert {rec["reused_prompt_tokens"] for r in rep["rows"] for rec in r["repeats"]} == {0}
+    assert all(r["identical_to_standard"] is True for r in rep["rows"])
 
 
 def test_draft_tokens_default_measures_the_default_beside_standard():

@@ -135,7 +135,7 @@ class FakeEngine:
     def fit(self, messages, max_new_tokens, dropped=0, *, continue_final=False, answer_ids=None):
         return fit_chat(messages, max_new_tokens, self._context, self.encode_chat, len, dropped)
 
-    def generate(self, prompt, settings, *, cancel=None, reuse_cache=False, answer_prefix=0):
+    def generate(self, prompt, settings, *, cancel=None, reuse_cache=False, answer_prefix=0, reuse_at_most=None):
         self.generated.append((prompt, settings, reuse_cache))
         events = []
         for i in range(answer_budget(settings.max_new_tokens, len(prompt), self._context)):

@@ -71,3 +71,39 @@ def test_without_reuse_every_prompt_pays_its_prefill(tiny):
         # step 1, with the target's first token (less the newest token, which it reads with its
         # first drafted token: that read is timed apart)
         assert fed["target"][0] == len(PROMPTS[1]) and fed["draft"][0] == len(PROMPTS[1])
+
+
+def test_reuse_at_most_keeps_only_the_prompts_first_tokens(tiny):
+    # the bench's first turns: an earlier run of the very same prompt is in both caches, but
+    # only its first `at_most` tokens are kept -- the rest is paid again, by both models
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.near_draft, tiny.vocab)
+    settings = DecodeSettings(max_new_tokens=8, draft_tokens=2)
+    prompt = PROMPTS[1]
+    cold = dec.generate(prompt, settings, prop).run()
+    again = dec.generate(prompt, settings, prop, reuse_cache=True, reuse_at_most=3).run()
+    assert again.stats.reused_prompt_tokens == 3 and dec.target.length >= len(prompt)
+    # the draft read the rest of the prompt, not the head it kept (its catch-up counts the read)
+    assert again.stats.catchup_tokens == cold.stats.catchup_tokens - 3
+    assert again.token_ids == cold.token_ids
+    whole = dec.generate(prompt, settings, prop, reuse_cache=True).run()
+    assert whole.stats.reused_prompt_tokens == len(prompt) - 1  # no limit: all but the last token
+
+
+def test_the_template_head_is_read_once_and_every_new_chat_starts_from_it():
+    from app_fixtures import tiny_factory
+
+    engine = tiny_factory(report=False)(lambda *_a: None)
+    head = engine.template_head
+    chats = [[{"role": "user", "content": c}] for c in ("the cat", "is it on the mat")]
+    prompts = [engine.encode_chat(c) for c in chats]
+    assert len(head) > 1 and all(p[: len(head)] == head for p in prompts)
+    assert prompts[0][len(head)] != prompts[1][len(head)]  # the head ends where the chats differ
+    settings = DecodeSettings(6, draft_tokens=2)
+    cold = [engine.generate(p, settings).run() for p in prompts]
+    assert engine.read_template_head() == len(head)
+    for p, ref in zip(prompts, cold):  # the first after the read, the second after the first
+        warm = engine.generate(p, settings, reuse_cache=True, reuse_at_most=len(head)).run()
+        assert warm.stats.reused_prompt_tokens == len(head)
+        assert warm.stats.catchup_tokens == ref.stats.catchup_tokens - len(head)
+        assert warm.token_ids == ref.token_ids

@@ -173,6 +173,7 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
             "warmup_tokens": settings["warmup_tokens"],
             "baseline": settings["baseline"],
             "threads": settings["threads"],
+            "first_turns": settings.get("first_turns"),
         },
         "modes": [dataclasses.asdict(m) for m in modes],
         "memory_method": memory_method,
@@ -299,7 +300,8 @@ def _about(v: _View) -> list[str]:
     L.append(f"- **settings:** {s['prompts']} prompts{half} ({', '.join(s['categories'])}), "
              f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"
              + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not v.greedy else " (greedy)")
-             + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)")
+             + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)"
+             + (f"; first turns: {s['first_turns']}" if s.get("first_turns") else ""))
     la0, la1 = m.get("load_average_start"), m.get("load_average_end")
     if la0 or la1:
         L.append(f"- **load average** (1/5/15 min) at start {la0}, at end {la1}")

@@ -26,6 +26,14 @@ would without a prompt cache). Each turn is a record of its own, `<id>#<turn>`, 
 `conversation` (the first turn), `conversation-code` (a later turn whose answer holds a code
 block: code and edits) or `conversation-prose` (a later turn in prose), decided by standard's
 answer in the first repeat so every mode and repeat of a turn lands in the same category.
+
+A first turn (and a single-turn prompt) starts, in our modes, from the caches with nothing but
+the chat template's head -- Qwen's system prompt and the user's turn opener, 24 tokens -- which
+every chat shares: a new chat in the app finds it cached by the chat before it, or by the
+worker's read after loading (app/worker.py), for the target and the draft alike. The rest of the
+prompt, even where the run before had the same prompt, is paid in full. `head_cached=False`
+(`specdec bench --cold-start`) pays the whole prompt, the template's head too, as the very first
+message of a process that read nothing does.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ class RunSettings:
     decode: DecodeSettings
     repeats: int = 1
     warmup_tokens: int = 16
+    head_cached: bool = True  # first turns start from the template's head in the caches (module docstring)
 
 
 def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
@@ -63,6 +72,8 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                disable=not progress, mininterval=0.5)
     warmup: list[dict] = []
     runs: list[dict] = []
+    # our engine's first turns start from the template's head (None: a server, or --cold-start)
+    head = len(engine.template_head) if settings.head_cached and hasattr(engine, "template_head") else None
     # Everything alive now (models, tokenizer, libraries) moves to a permanent generation, so
     # the collection before each run (leftovers of the previous mode) takes milliseconds.
     gc.collect()
@@ -73,7 +84,7 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
             warm_settings = base.replace(max_new_tokens=min(settings.warmup_tokens, base.max_new_tokens)).for_sample(0)
             for mode in warm:
                 bar.set_postfix_str(f"warm-up {mode.name}", refresh=False)
-                rec = run_one(engine, prompts[0], mode, warm_settings, memory, hf, llama)
+                rec = run_one(engine, prompts[0], mode, warm_settings, memory, hf, llama, head=head)
                 rec["repeat"] = -1
                 warmup.append(_public(rec))
                 bar.update(1)
@@ -88,9 +99,9 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                 for pos, mode in enumerate(order):
                     bar.set_postfix_str(f"{prompt.id} #{r + 1} {mode.name}", refresh=False)
                     if prompt.conversation:
-                        recs = run_conversation(engine, prompt, mode, repeat, memory, hf, llama)
+                        recs = run_conversation(engine, prompt, mode, repeat, memory, hf, llama, head)
                     else:
-                        recs = [run_one(engine, prompt, mode, repeat, memory, hf, llama)]
+                        recs = [run_one(engine, prompt, mode, repeat, memory, hf, llama, head=head)]
                     for t, rec in enumerate(recs):
                         rec["repeat"] = r
                         rec["order"] = pos
@@ -112,7 +123,8 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
     return {"runs": runs, "warmup": warmup}
 
 
-def run_conversation(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None) -> list[dict]:
+def run_conversation(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None,
+                     head: int | None = None) -> list[dict]:
     """Every turn of a conversation in one mode, each answer kept in the chat for the next
     turn; a raw record per turn (fewer when a turn fails or the chat outgrows the context)."""
     messages: list[dict] = []
@@ -122,7 +134,7 @@ def run_conversation(engine, prompt, mode: Mode, settings: DecodeSettings, memor
         if t and not engine.fit(messages, settings.max_new_tokens).fits:
             break
         turn = BenchPrompt(f"{prompt.id}#{t + 1}", prompt.category, tuple(messages), prompt.split)
-        rec = run_one(engine, turn, mode, settings, memory, hf, llama, reuse_cache=t > 0)
+        rec = run_one(engine, turn, mode, settings, memory, hf, llama, reuse_cache=t > 0, head=head)
         rec["turn"] = t + 1
         recs.append(rec)
         if rec.get("error") or rec.get("text") is None:
@@ -146,11 +158,12 @@ def _name_turns(prompt, turns: list[dict[str, dict]], kinds: dict[tuple[str, int
 
 
 def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None,
-            reuse_cache: bool = False) -> dict:
+            reuse_cache: bool = False, head: int | None = None) -> dict:
     """One measured generation with `settings` (those of this repeat; the mode sets its own
     mode, proposer and k); a raw record (with token ids and events for the identity check).
     reuse_cache: a conversation's later turn, decoded on the cache the previous turn left (our
-    modes; a peer runs the whole chat again)."""
+    modes; a peer runs the whole chat again). head: otherwise, the caches keep at most that many
+    of the prompt's first tokens (the template's head: the module docstring); None: none."""
     gc.collect()
     rec = {"prompt_id": prompt.id, "category": prompt.category, "mode": mode.name, "kind": mode.kind,
            "draft_tokens": mode.draft_tokens, "error": None}
@@ -168,7 +181,7 @@ def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=Non
             rec.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300], tokens_per_second=None,
                        token_ids=None, events=None)
             return rec
-    return _run_engine(engine, prompt, mode, settings, memory, rec, reuse_cache)
+    return _run_engine(engine, prompt, mode, settings, memory, rec, reuse_cache, head)
 
 
 def _run_llamacpp(engine, prompt, mode, settings: DecodeSettings, llama, rec) -> dict:
@@ -226,7 +239,8 @@ def _mark_llamacpp_identical(recs: dict[str, dict]) -> None:
         rec["text_parts_at"] = at
 
 
-def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reuse_cache: bool = False) -> dict:
+def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reuse_cache: bool = False,
+                head: int | None = None) -> dict:
     memory.start()
     t0 = time.perf_counter()
     ids = engine.encode_chat(list(prompt.messages))
@@ -234,7 +248,10 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
     decode = mode.settings(settings)
     if prompt.schema is not None:  # the answer's grammar, as a response_format json_schema request has it
         decode = decode.replace(grammar=GrammarSpec("json_schema", prompt.schema))
-    gen = engine.generate(ids, decode, reuse_cache=reuse_cache)
+    if reuse_cache or not head:
+        gen = engine.generate(ids, decode, reuse_cache=reuse_cache)
+    else:
+        gen = engine.generate(ids, decode, reuse_cache=True, reuse_at_most=head)
     first = None
     for _ev in gen:
         if first is None:

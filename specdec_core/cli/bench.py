@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
     b.add_argument("--repeats", type=int_at_least("--repeats"), default=3, help="runs per prompt and mode (default 3)")
     b.add_argument("--warmup-tokens", type=int_at_least("--warmup-tokens", 0), default=16,
                    help="tokens per mode in the excluded warm-up run (0 = no warm-up)")
+    b.add_argument("--cold-start", action="store_true",
+                   help="every first turn pays its whole prompt, the chat template's head too (default: the "
+                        "caches hold that head, as a new chat in the app finds them)")
     b.add_argument("--baseline", default="none", metavar="hf,llama.cpp|none",
                    help="peers to time beside our modes, comma-separated: hf = transformers' generate() and "
                         "generate(assistant_model=draft); llama.cpp = llama.cpp's plain decoding and its own "
@@ -78,6 +81,8 @@ def command_line(args, server: bool = False) -> str:
     if args.temperature > 0:
         parts += ["--top-k", str(args.top_k), "--top-p", f"{args.top_p:g}", "--seed", str(args.seed)]
     parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens)]
+    if local and getattr(args, "cold_start", False):
+        parts += ["--cold-start"]
     if local:
         parts += ["--baseline", args.baseline]
         if args.llama_cpp:
@@ -172,12 +177,15 @@ def _run_local(args) -> int:
     hf, llama = _peers(engine, baselines, args.llama_cpp, torch.get_num_threads())
     near_tie = near_tie_margin(engine.target_info.dtype)
     with PeakMemory(engine.target_info.device) as memory:
-        raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens),
+        raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens,
+                                                                   head_cached=not args.cold_start),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
     settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
                 "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
-                "threads": torch.get_num_threads()}
+                "threads": torch.get_num_threads(),
+                "first_turns": "cold" if args.cold_start else f"template head cached ({len(engine.template_head)} tokens)"
+                if hasattr(engine, "template_head") else "cold"}
     report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
                           command_line(args), args.note, time.perf_counter() - started, skipped)
     write_report(plan.out, report)

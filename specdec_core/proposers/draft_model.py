@@ -82,6 +82,15 @@ class DraftModelProposer:
         self.lm.rollback(cache)
         self.seq, self.gaps = keep, kept_gaps
 
+    def prime(self, ids: list[int]) -> None:
+        """Read `ids` into a cache that holds nothing: what a session reads once so that its
+        first chat, like every later one, finds the chat template's head cached
+        (Engine.read_template_head). The sequences that follow go on past `ids`."""
+        self.reset()
+        if ids:
+            self.lm.forward(list(ids), logits_to_keep=0)
+            self.seq = list(ids)
+
     def _window(self) -> int:
         return self.first_read_window if self.fresh else self.catchup_window
 

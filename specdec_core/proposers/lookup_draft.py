@@ -30,6 +30,9 @@ class LookupDraftProposer:
         self.draft.reset(keep)
         self.lookup.reset(keep)
 
+    def prime(self, ids: list[int]) -> None:
+        self.draft.prime(ids)  # lookup reads nothing
+
     def propose(self, ids: list[int], plan: DraftPlan, params: SamplingParams, rng: torch.Generator,
                 constraint=None) -> Proposal:
         found = self.lookup.propose(ids, plan, params, rng, constraint)

@@ -307,12 +307,13 @@ class ServerEngine:
 
     # -- decoding ----------------------------------------------------------------------------
     def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
-                 reuse_cache: bool = False, answer_prefix: int = 0) -> ServerGeneration:
+                 reuse_cache: bool = False, answer_prefix: int = 0, reuse_at_most: int | None = None) -> ServerGeneration:
         """Stream one answer. A `specdec serve` takes every setting; elsewhere the draft length
         and the proposer are the server's own business, and the mode must be what the server
         does ("speculative" on a server that does not say). Without a budget, the answer gets
         what the context leaves where both lengths are known, else the server's own bound.
-        (`answer_prefix` is not needed: the server detokenizes.)"""
+        (`answer_prefix` is not needed: the server detokenizes; `reuse_at_most` is not asked
+        for: what a server keeps is its prompt cache's say.)"""
         n = prompt_tokens(prompt)
         if settings.max_new_tokens is None and n is not None and self.context_length:
             settings = settings.replace(max_new_tokens=answer_budget(None, n, self.context_length))

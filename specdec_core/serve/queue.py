@@ -244,10 +244,12 @@ class QueuedEngine:
         return self.inner.fit(messages, max_new_tokens, dropped, **more)
 
     def generate(self, prompt: Prompt, settings: DecodeSettings, *, cancel: threading.Event | None = None,
-                 reuse_cache: bool = False, answer_prefix: int = 0) -> QueuedGeneration:
+                 reuse_cache: bool = False, answer_prefix: int = 0, reuse_at_most: int | None = None) -> QueuedGeneration:
         """Refusals first (ContextError, EngineError: nothing joins), then a place in the line
         (QueueFull when it is full and this engine is bounded)."""
         more = {"answer_prefix": answer_prefix} if answer_prefix else {}  # passed on only where it says something
+        if reuse_at_most is not None:
+            more["reuse_at_most"] = reuse_at_most
         inner = self.inner.generate(prompt, settings, cancel=cancel, reuse_cache=reuse_cache, **more)
         ticket = self.queue.join(self.bounded)
         return QueuedGeneration(inner, self.queue, ticket, settings, cancel)
