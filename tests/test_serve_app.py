@@ -61,6 +61,18 @@ def test_the_command_serves_and_a_server_target_on_it_is_the_local_engine(served
     assert there["stats"]["server"]["engine"] == "specdec serve"
 
 
+def test_the_servers_first_chat_finds_the_template_head_read(pair):
+    # every request reuses the prefix it shares with the cache, so every chat after the first
+    # finds the chat template's head there; the command reads it at start for the first one too
+    s = SpecdecServe("--target", str(pair[0]), "--draft", str(pair[1]))
+    try:
+        body = {"messages": [{"role": "user", "content": "the cat sat"}], "max_tokens": 3}
+        usage = httpx.post(s.url + "/v1/chat/completions", json=body, timeout=60).json()["usage"]
+        assert 0 < usage["prompt_tokens_details"]["cached_tokens"] < usage["prompt_tokens"]
+    finally:
+        assert s.stop() == 0
+
+
 def test_the_command_warns_when_it_listens_beyond_this_machine_without_a_key(pair):
     s = SpecdecServe("--target", str(pair[0]), "--draft", "none", "--host", "0.0.0.0")
     try:

@@ -72,6 +72,9 @@ def run(args) -> int:
     engine = open_engine(args.target, draft, device=args.device, dtype=args.dtype, quantization=args.quantization,
                          trust_remote_code=args.trust_remote_code, progress=progress)
     print_loaded(engine)
+    # requests keep the cached prefix they share (reuse_cache, on by default), so every chat
+    # after the first finds the template's head read: read it now for the first one as well
+    engine.read_template_head()
     server = LocalServer(engine, args.host, args.port, key, args.max_waiting, args.model_name,
                          cors_origins=args.cors_origins or ())
     warning = exposure_warning(args.host, key)
