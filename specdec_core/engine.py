@@ -198,9 +198,9 @@ class Engine:
 
     @property
     def template_head(self) -> list[int]:
-        """The tokens every new chat's prompt starts with: the chat template's opening (Qwen's
-        system prompt and the user's turn opener, 24 tokens), found as what two one-message
-        chats share. The app decodes every message on the cache the last one left, so a new
+        """The tokens every new chat's prompt starts with: the chat template's opening (on the
+        embedded pair Qwen's system prompt and the user's turn opener, 24 tokens), found as what
+        two one-message chats share (a prompt that shares less keeps less: keep_prefix). The app decodes every message on the cache the last one left, so a new
         chat finds these already read by both models; the bench's first turns are measured so."""
         if self._head is None:
             a = self.encode_chat([{"role": "user", "content": "a"}])
