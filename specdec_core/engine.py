@@ -16,6 +16,7 @@ from .context import Fit, Messages, fit_chat
 from .contract import EngineError, ServerInfo
 from .decoder import Decoder, Generation
 from .fim import FimError, Infill, encode_infill
+from .lm import common_prefix
 from .models.types import LoadedModel, ModelInfo
 from .proposers import DraftModelProposer, LookupDraftProposer, PromptLookupProposer, Proposer
 from .settings import DEFAULT_PROPOSER, DecodeSettings, proposer_kind
@@ -200,15 +201,13 @@ class Engine:
     def template_head(self) -> list[int]:
         """The tokens every new chat's prompt starts with: the chat template's opening (on the
         embedded pair Qwen's system prompt and the user's turn opener, 24 tokens), found as what
-        two one-message chats share (a prompt that shares less keeps less: keep_prefix). The app decodes every message on the cache the last one left, so a new
-        chat finds these already read by both models; the bench's first turns are measured so."""
+        two one-message chats share (a prompt that shares less keeps less: keep_prefix). The app
+        decodes every message on the cache the last one left, so a new chat finds these already
+        read by both models; the bench's first turns are measured so."""
         if self._head is None:
             a = self.encode_chat([{"role": "user", "content": "a"}])
             b = self.encode_chat([{"role": "user", "content": "Which?"}])
-            n = 0
-            while n < min(len(a), len(b)) and a[n] == b[n]:
-                n += 1
-            self._head = a[:n]
+            self._head = a[: common_prefix(a, b, min(len(a), len(b)))]
         return list(self._head)
 
     def read_template_head(self) -> int:

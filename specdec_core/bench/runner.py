@@ -31,7 +31,7 @@ A first turn (and a single-turn prompt) starts, in our modes, from the caches wi
 the chat template's head -- Qwen's system prompt and the user's turn opener, 24 tokens -- which
 every chat shares: a new chat in the app finds it cached by the chat before it, or by the
 worker's read after loading (app/worker.py), for the target and the draft alike. The rest of the
-prompt, even where the run before had the same prompt, is paid in full. `head_cached=False`
+prompt, even where the run before had the same prompt, is paid in full. `head_tokens=None`
 (`specdec bench --cold-start`) pays the whole prompt, the template's head too, as the very first
 message of a process that read nothing does.
 """
@@ -58,7 +58,9 @@ class RunSettings:
     decode: DecodeSettings
     repeats: int = 1
     warmup_tokens: int = 16
-    head_cached: bool = True  # first turns start from the template's head in the caches (module docstring)
+    # first turns keep at most this many cached prompt tokens: the template's head (module
+    # docstring); None: none (a server, or --cold-start)
+    head_tokens: int | None = None
 
 
 def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
@@ -72,8 +74,7 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                disable=not progress, mininterval=0.5)
     warmup: list[dict] = []
     runs: list[dict] = []
-    # our engine's first turns start from the template's head (None: a server, or --cold-start)
-    head = len(engine.template_head) if settings.head_cached and hasattr(engine, "template_head") else None
+    head = settings.head_tokens
     # Everything alive now (models, tokenizer, libraries) moves to a permanent generation, so
     # the collection before each run (leftovers of the previous mode) takes milliseconds.
     gc.collect()
@@ -248,10 +249,9 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
     decode = mode.settings(settings)
     if prompt.schema is not None:  # the answer's grammar, as a response_format json_schema request has it
         decode = decode.replace(grammar=GrammarSpec("json_schema", prompt.schema))
-    if reuse_cache or not head:
-        gen = engine.generate(ids, decode, reuse_cache=reuse_cache)
-    else:
-        gen = engine.generate(ids, decode, reuse_cache=True, reuse_at_most=head)
+    # a later turn keeps the whole chat so far; a first turn at most the template's head
+    gen = engine.generate(ids, decode, reuse_cache=reuse_cache or bool(head),
+                          reuse_at_most=None if reuse_cache else head)
     first = None
     for _ev in gen:
         if first is None:

@@ -176,16 +176,16 @@ def _run_local(args) -> int:
     prompts, skipped = _fitting(engine, plan)
     hf, llama = _peers(engine, baselines, args.llama_cpp, torch.get_num_threads())
     near_tie = near_tie_margin(engine.target_info.dtype)
+    # first turns start from the template's head, as a new chat in the app (runner.py)
+    head = None if args.cold_start or not hasattr(engine, "template_head") else len(engine.template_head)
     with PeakMemory(engine.target_info.device) as memory:
-        raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens,
-                                                                   head_cached=not args.cold_start),
+        raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens, head),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
     settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
                 "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads(),
-                "first_turns": "cold" if args.cold_start else f"template head cached ({len(engine.template_head)} tokens)"
-                if hasattr(engine, "template_head") else "cold"}
+                "first_turns": "cold" if head is None else f"template head cached ({head} tokens)"}
     report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
                           command_line(args), args.note, time.perf_counter() - started, skipped)
     write_report(plan.out, report)
