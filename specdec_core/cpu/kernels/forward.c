@@ -242,10 +242,12 @@ SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capaci
   w.a256.qs = (int8_t*)xmalloc((size_t)(C * Kmax), &fail);
   w.a256.d = (float*)xmalloc(sizeof(float) * (size_t)(C * (Kmax / QKK + 1)), &fail);
   w.a256.sums = (int16_t*)xmalloc(sizeof(int16_t) * (size_t)(C * (Kmax / 16 + 1)), &fail);
+  w.a256.sums32 = (int16_t*)xmalloc(sizeof(int16_t) * (size_t)(C * (Kmax / 32 + 1)), &fail);
   w.a256.blk = QKK;
   w.a32.qs = (int8_t*)xmalloc((size_t)(C * Kmax), &fail);
   w.a32.d = (float*)xmalloc(sizeof(float) * (size_t)(C * (Kmax / QK + 1)), &fail);
   w.a32.sums = (int16_t*)xmalloc(sizeof(int16_t) * (size_t)(C * (Kmax / 16 + 1)), &fail);
+  w.a32.sums32 = NULL; /* the 32-element types' activations: their blocks are the sums' */
   w.a32.blk = QK;
   w.x = (float*)xmalloc(sizeof(float) * C * D, &fail);
   w.h = (float*)xmalloc(sizeof(float) * C * D, &fail);
@@ -264,7 +266,7 @@ SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capaci
     const int64_t n = T - c0 < C ? T - c0 : C;
     rc = chunk(m, kc, vc, capacity, ids + c0, n, start + c0, &w, start + T - n_logits, logits, nthreads);
   }
-  void* bufs[] = {w.a256.qs, w.a256.d, w.a256.sums, w.a32.qs, w.a32.d, w.a32.sums, w.x, w.h, w.q, w.k, w.v,
+  void* bufs[] = {w.a256.qs, w.a256.d, w.a256.sums, w.a256.sums32, w.a32.qs, w.a32.d, w.a32.sums, w.x, w.h, w.q, w.k, w.v,
                   w.att, w.g, w.u, w.tmp, w.scores, w.cs, w.sn};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) sd_free(bufs[i]);
   return rc;

@@ -253,11 +253,15 @@ void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out
     for (int64_t b = 0; b < nb; b++)
       quantize_block(x + m * K + b * blk, blk, out->qs + r * K + b * blk, out->d + r * nb + b,
                      out->sums + r * (K / 16) + b * (blk / 16));
+    if (out->sums32) { /* |sum| <= 32 * 127: an int16 */
+      const int16_t* s16 = out->sums + r * (K / 16);
+      for (int64_t j = 0; j < K / 32; j++) out->sums32[r * (K / 32) + j] = (int16_t)(s16[2 * j] + s16[2 * j + 1]);
+    }
   }
 }
 
 SD_EXPORT void sd_quantize_act(const float* x, int64_t M, int64_t K, int blk, int8_t* qs, float* d, int16_t* sums) {
-  sd_act a = {qs, d, sums, K, blk};
+  sd_act a = {qs, d, sums, K, blk, NULL};
   sd_quantize_rows(x, M, K, blk, &a, 0);
 }
 
@@ -425,7 +429,8 @@ int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const fl
   for (int64_t m0 = 0; m0 < M; m0 += SD_MB) {
     const int64_t mb = M - m0 < SD_MB ? M - m0 : SD_MB;
     const sd_act am = {a->qs ? a->qs + m0 * a->K : NULL, a->d ? a->d + m0 * (a->K / (a->blk ? a->blk : 1)) : NULL,
-                       a->sums ? a->sums + m0 * (a->K / 16) : NULL, a->K, a->blk};
+                       a->sums ? a->sums + m0 * (a->K / 16) : NULL, a->K, a->blk,
+                       a->sums32 ? a->sums32 + m0 * (a->K / 32) : NULL};
     float* ym = y + m0 * ldy;
     if (w->layout == SD_LAYOUT_X8) {
       if (t->vec_dot_x8(w, &am, mb, n0, n1, ym, ldy)) return SD_ENOMEM;
@@ -463,13 +468,14 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
   if (K % 16 || (layout == SD_LAYOUT_X8 && rowmap)) return SD_ESHAPE;
   const sd_type_traits* t = sd_traits(type);
   const int blk = t->act_blk;
-  sd_act a = {NULL, NULL, NULL, K, blk};
+  sd_act a = {NULL, NULL, NULL, K, blk, NULL};
   if (blk) {
     a.qs = (int8_t*)sd_alloc((size_t)(M * K));
     a.d = (float*)sd_alloc(sizeof(float) * (size_t)(M * (K / blk)));
     a.sums = (int16_t*)sd_alloc(sizeof(int16_t) * (size_t)(M * (K / 16)));
-    if (!a.qs || !a.d || !a.sums) {
-      sd_free(a.qs); sd_free(a.d); sd_free(a.sums);
+    if (blk == QKK) a.sums32 = (int16_t*)sd_alloc(sizeof(int16_t) * (size_t)(M * (K / 32) + 1));
+    if (!a.qs || !a.d || !a.sums || (blk == QKK && !a.sums32)) {
+      sd_free(a.qs); sd_free(a.d); sd_free(a.sums); sd_free(a.sums32);
       return SD_ENOMEM;
     }
   }
@@ -499,7 +505,7 @@ SD_EXPORT int sd_matmul(const float* x, int64_t M, int64_t K, int type, const vo
       }
     }
   }
-  sd_free(a.qs); sd_free(a.d); sd_free(a.sums);
+  sd_free(a.qs); sd_free(a.d); sd_free(a.sums); sd_free(a.sums32);
   return fail;
 }
 

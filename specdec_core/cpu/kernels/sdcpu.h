@@ -139,6 +139,10 @@ typedef struct {
   int16_t* sums; /* [M][K/16] */
   int64_t K;
   int blk;
+  /* [M][K/32]: the sum of every 32 codes, where the maker of a K-quant activation allocated it
+     (sd_matmul, sd_forward; NULL: none). Q4_K's mins weigh the codes' sums by 32 elements:
+     with these the interleaved unit's mins term takes one vpdpwssd per two mins, not per one */
+  int16_t* sums32;
 } sd_act;
 
 /* -- interleaved weights ("x8"): rows 8g..8g+7 ("group g") stored block by block, block b of

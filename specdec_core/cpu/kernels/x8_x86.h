@@ -177,7 +177,11 @@ typedef struct {
 #else
   SD_ALIGN(64) int16_t sc[16][XG][16]; /* the same, twice in each lane (vpmaddwd) */
 #endif
-  SD_ALIGN(64) int16_t wsum[8][XG][16]; /* S2's weights of the activation's sums 2p and 2p+1 */
+  /* S2's weights, int16 pairs against two of the activation's sums: Q6_K's scales (sc_2p, sc_2p+1)
+     against the 16-code sums 2p, 2p+1 (p < 8); Q4_K's mins (mn_2p, mn_2p+1) against the 32-code
+     sums 2p, 2p+1 (p < 4, sd_act.sums32): pairing each min with itself, as before, took twice the
+     vpdpwssd, and S2 was a sixth of a 64-row Q4_K matmul's time (speed notes, item 88) */
+  SD_ALIGN(64) int16_t wsum[8][XG][16];
   SD_ALIGN(64) float d[XG][8], dmin[XG][8];
 } kx8;
 
@@ -217,11 +221,13 @@ SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
     _mm256_store_si256((__m256i*)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-      kx8_scale(sc + 8 * j, 0, s->sc[j][gi]);
-      /* S2 = sum over the 16 sums g of mn[g/2] * sums[g]: pairs (mn_p, mn_p) against sums 2p, 2p+1 */
-      const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 8 * j)));
-      _mm256_store_si256((__m256i*)s->wsum[j][gi], _mm256_or_si256(m, _mm256_slli_epi32(m, 16)));
+    for (int j = 0; j < 8; j++) kx8_scale(sc + 8 * j, 0, s->sc[j][gi]);
+    /* S2 = sum over the 8 scale units j of mn[j] * sums32[j]: pairs (mn_2p, mn_2p+1) */
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+      const __m256i m0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 16 * p)));
+      const __m256i m1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 16 * p + 8)));
+      _mm256_store_si256((__m256i*)s->wsum[p][gi], _mm256_or_si256(m0, _mm256_slli_epi32(m1, 16)));
     }
     _mm256_store_ps(s->d[gi], h8(x->d));
     _mm256_store_ps(s->dmin[gi], h8(x->dmin));
@@ -259,8 +265,9 @@ SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
   _mm256_store_ps(s->dmin[gi], _mm256_setzero_ps());
 }
 
-/* R activation rows (x: row 0's codes of this super-block, rows ldx apart; bs: their sums)
-   against a decoded super-block: each row's S1 and S2 in the rows' lanes */
+/* R activation rows (x: row 0's codes of this super-block, rows ldx apart; bs: their sums, ldb
+   apart: Q6_K the 16-code sums, Q4_K the 32-code ones) against a decoded super-block: each
+   row's S1 and S2 in the rows' lanes */
 SD_INLINE void kx8_rows(const int TYPE, const int R, const kx8* s, const int8_t* x, int64_t ldx, const int16_t* bs,
                         int64_t ldb, xvi S1[8], xvi S2[8]) {
 #pragma GCC unroll 8
@@ -310,8 +317,9 @@ SD_INLINE void kx8_rows(const int TYPE, const int R, const kx8* s, const int8_t*
     }
 #endif
   }
+  const int pairs = TYPE == SD_Q4_K ? 4 : 8;
 #pragma GCC unroll 8
-  for (int p = 0; p < 8; p++) {
+  for (int p = 0; p < pairs; p++) {
     const xvi wv = xv_load(s->wsum[p]);
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
@@ -365,11 +373,12 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
     for (int64_t m0 = 0; m0 < M; m0 += X_ROWS) {
       xvi S1[8], S2[8];
       const int8_t* x = a->qs + m0 * K + b * QKK;
-      const int16_t* bs = a->sums + m0 * ns + b * 16;
+      const int16_t* bs = TYPE == SD_Q4_K ? a->sums32 + m0 * (K / 32) + b * 8 : a->sums + m0 * ns + b * 16;
+      const int64_t ldb = TYPE == SD_Q4_K ? K / 32 : ns;
       const float* dx = a->d + m0 * nb + b;
       float* ac = acc + m0 * 8 * XG;
       switch (M - m0 < X_ROWS ? M - m0 : X_ROWS) {
-#define KX8_CASE(R) case R: kx8_rows(TYPE, R, &s, x, K, bs, ns, S1, S2); kx8_finish(TYPE, R, &s, S1, S2, dx, nb, ac); break;
+#define KX8_CASE(R) case R: kx8_rows(TYPE, R, &s, x, K, bs, ldb, S1, S2); kx8_finish(TYPE, R, &s, S1, S2, dx, nb, ac); break;
 #if X_ROWS == 8
         KX8_CASE(8) KX8_CASE(7) KX8_CASE(6) KX8_CASE(5)
 #endif
