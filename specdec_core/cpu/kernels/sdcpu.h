@@ -139,9 +139,10 @@ typedef struct {
   int16_t* sums; /* [M][K/16] */
   int64_t K;
   int blk;
-  /* [M][K/32]: the sum of every 32 codes, where the maker of a K-quant activation allocated it
-     (sd_matmul, sd_forward; NULL: none). Q4_K's mins weigh the codes' sums by 32 elements:
-     with these the interleaved unit's mins term takes one vpdpwssd per two mins, not per one */
+  /* [M][K/32]: the sum of every 32 codes. Every maker of a K-quant activation (blk 256: sd_matmul,
+     sd_forward) allocates it, and sd_quantize_rows fills it where it is not NULL; the 32-element
+     types' leave it NULL. Q4_K's mins weigh the codes' sums by 32 elements: with these the
+     interleaved unit's mins term (x8_x86.h, which reads it) takes one vpdpwssd per two mins */
   int16_t* sums32;
 } sd_act;
 
