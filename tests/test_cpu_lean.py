@@ -84,10 +84,11 @@ def test_every_row_is_the_same_whatever_shares_its_pass(tok, k_model):
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (6, 2), (20, 2)])
+@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (6, 2), (20, 2), (8, 2), (10, 2), (12, 2), (14, 2)])
 def test_attention_is_the_reference_on_every_build(tmp_path, tok, heads, kv_heads):
     """kernels/attention.c: the x86 builds attend with the heads of a key-value head together
-    (up to 8 a tile: a group of 1, of 3, of 10 split in two), the 512-bit build two keys a
+    (up to 8 a tile: a group of 1, of 3, of 10 split in two; groups of 4-7 with only their own
+    lanes computed, the rest all 8), the 512-bit build two keys a
     register; every row's logits equal the portable build's, which takes a head at a time --
     a prefill of 150 rows (odd and even lengths, past one chunk), then 1 and 9 more."""
     from specdec_core.cpu import abi, build

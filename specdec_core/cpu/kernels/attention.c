@@ -139,9 +139,13 @@ SD_INLINE __m512 tree8_x8_pairs(const __m512 a[8]) {
 }
 #endif
 
-/* nq <= 8 heads of row t that share the key-value head kvh, from head h0; s: [L][8] scratch */
-static void attend_tile(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t t, int h0,
-                        int nq, int64_t start, float* s, float* att) {
+/* nq <= 8 heads of row t that share the key-value head kvh, from head h0; s: [L][8] scratch.
+   NQ (a constant once inlined, nq <= NQ <= 8): the lanes that are computed. Lanes past NQ take
+   no products -- their scores are zeros, their values never summed -- so a group of 6 heads
+   (Qwen2.5-1.5B's 12 over 2) does 6/8 of the arithmetic an 8-lane tile would; a lane's own
+   operations do not depend on the others', so the stored heads' numbers are the same. */
+SD_INLINE void attend_tile_n(const int NQ, const sd_model* m, const float* q, const float* kc, const float* vc,
+                             int64_t t, int h0, int nq, int64_t start, float* s, float* att) {
   const int hd = m->head_dim, H = m->n_heads, kvh = h0 / (H / m->n_kv_heads), nb = hd / 8;
   const int64_t hkv = (int64_t)m->n_kv_heads * hd, L = start + t + 1;
   const float* qv[8];
@@ -153,7 +157,7 @@ static void attend_tile(const sd_model* m, const float* q, const float* kc, cons
   SD_ALIGN(64) float qq[8 * 2 * SD_ATT_MAX_HD]; /* each head's 8-element blocks, twice (both halves) */
   const int paired = hd <= SD_ATT_MAX_HD;
   if (paired)
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < NQ; i++)
       for (int b = 0; b < nb; b++) {
         memcpy(qq + (i * nb + b) * 16, qv[i] + 8 * b, 32);
         memcpy(qq + (i * nb + b) * 16 + 8, qv[i] + 8 * b, 32);
@@ -166,7 +170,7 @@ static void attend_tile(const sd_model* m, const float* q, const float* kc, cons
     for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
       const __m512 kb = pair256(_mm256_loadu_ps(k0 + 8 * b), _mm256_loadu_ps(k0 + hkv + 8 * b));
-      for (int i = 0; i < 8; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(_mm512_load_ps(qq + (i * nb + b) * 16), kb));
+      for (int i = 0; i < NQ; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(_mm512_load_ps(qq + (i * nb + b) * 16), kb));
     }
     const __m512 sj = _mm512_mul_ps(tree8_x8_pairs(acc), scale2);
     _mm512_storeu_ps(s + 8 * j, sj);
@@ -181,7 +185,7 @@ static void attend_tile(const sd_model* m, const float* q, const float* kc, cons
     for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
       const __m256 kb = _mm256_loadu_ps(kj + 8 * b);
-      for (int i = 0; i < 8; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_loadu_ps(qv[i] + 8 * b), kb));
+      for (int i = 0; i < NQ; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_loadu_ps(qv[i] + 8 * b), kb));
     }
     const __m256 sj = _mm256_mul_ps(tree8_x8(acc), scale);
     _mm256_storeu_ps(s + 8 * j, sj);
@@ -212,7 +216,7 @@ static void attend_tile(const sd_model* m, const float* q, const float* kc, cons
     for (int64_t jj = 0; jj < L; jj++) {
       const __m512 vb = _mm512_loadu_ps(vbase + jj * hkv + 8 * b);
       const float* pj = s + 8 * jj;
-      for (int i = 0; i < 8; i++) o[i] = _mm512_add_ps(o[i], _mm512_mul_ps(_mm512_set1_ps(pj[i]), vb));
+      for (int i = 0; i < NQ; i++) o[i] = _mm512_add_ps(o[i], _mm512_mul_ps(_mm512_set1_ps(pj[i]), vb));
     }
     for (int i = 0; i < nq; i++)
       _mm512_storeu_ps(att + (t * H + h0 + i) * hd + 8 * b, _mm512_div_ps(o[i], _mm512_set1_ps(sums[i])));
@@ -224,10 +228,23 @@ static void attend_tile(const sd_model* m, const float* q, const float* kc, cons
     for (int64_t jj = 0; jj < L; jj++) {
       const __m256 vb = _mm256_loadu_ps(vbase + jj * hkv + 8 * b);
       const float* pj = s + 8 * jj;
-      for (int i = 0; i < 8; i++) o[i] = _mm256_add_ps(o[i], _mm256_mul_ps(_mm256_broadcast_ss(pj + i), vb));
+      for (int i = 0; i < NQ; i++) o[i] = _mm256_add_ps(o[i], _mm256_mul_ps(_mm256_broadcast_ss(pj + i), vb));
     }
     for (int i = 0; i < nq; i++)
       _mm256_storeu_ps(att + (t * H + h0 + i) * hd + 8 * b, _mm256_div_ps(o[i], _mm256_set1_ps(sums[i])));
+  }
+}
+
+/* the groups of the models in use (GQA of 4-8 heads a key-value head) get their own lane
+   count; others compute all 8 lanes and store nq */
+static void attend_tile(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t t, int h0,
+                        int nq, int64_t start, float* s, float* att) {
+  switch (nq) {
+    case 7: attend_tile_n(7, m, q, kc, vc, t, h0, nq, start, s, att); break;
+    case 6: attend_tile_n(6, m, q, kc, vc, t, h0, nq, start, s, att); break;
+    case 5: attend_tile_n(5, m, q, kc, vc, t, h0, nq, start, s, att); break;
+    case 4: attend_tile_n(4, m, q, kc, vc, t, h0, nq, start, s, att); break;
+    default: attend_tile_n(8, m, q, kc, vc, t, h0, nq, start, s, att); break;
   }
 }
 
