@@ -164,6 +164,27 @@ SD_INLINE void attend_tile_n(const int NQ, const sd_model* m, const float* q, co
       }
   const __m512 scale2 = _mm512_set1_ps(m->attn_scale);
   __m512 mx2 = _mm512_set1_ps(-INFINITY);
+  /* four keys an iteration: each head's block of q is loaded once for two pairs of keys (the
+     loads, not the products, were what the pair loop waited on); a lane's sums are the pair
+     loop's, in its order */
+  for (; paired && j + 4 <= L; j += 4) {
+    const float* k0 = kc + j * hkv + (int64_t)kvh * hd;
+    __m512 acc0[8], acc1[8];
+    for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+      const __m512 kb0 = pair256(_mm256_loadu_ps(k0 + 8 * b), _mm256_loadu_ps(k0 + hkv + 8 * b));
+      const __m512 kb1 = pair256(_mm256_loadu_ps(k0 + 2 * hkv + 8 * b), _mm256_loadu_ps(k0 + 3 * hkv + 8 * b));
+      for (int i = 0; i < NQ; i++) {
+        const __m512 qb = _mm512_load_ps(qq + (i * nb + b) * 16);
+        acc0[i] = _mm512_add_ps(acc0[i], _mm512_mul_ps(qb, kb0));
+        acc1[i] = _mm512_add_ps(acc1[i], _mm512_mul_ps(qb, kb1));
+      }
+    }
+    const __m512 sj0 = _mm512_mul_ps(tree8_x8_pairs(acc0), scale2), sj1 = _mm512_mul_ps(tree8_x8_pairs(acc1), scale2);
+    _mm512_storeu_ps(s + 8 * j, sj0);
+    _mm512_storeu_ps(s + 8 * (j + 2), sj1);
+    mx2 = _mm512_max_ps(sj1, _mm512_max_ps(sj0, mx2));
+  }
   for (; paired && j + 2 <= L; j += 2) {
     const float* k0 = kc + j * hkv + (int64_t)kvh * hd;
     __m512 acc[8];
@@ -210,6 +231,27 @@ SD_INLINE void attend_tile_n(const int NQ, const sd_model* m, const float* q, co
   const float* vbase = vc + (int64_t)kvh * hd;
   int b = 0;
 #if defined(__AVX512F__)
+  /* BP pairs of blocks at once: a key's probabilities are broadcast once for BP*16 elements of
+     every head instead of 16 (NQ*BP accumulators, BP values and a broadcast: <= 32 registers);
+     each element's sum over j is the one below, in its order */
+  const int BP = NQ <= 6 ? 4 : 3;
+  for (; b + 2 * BP <= nb; b += 2 * BP) {
+    __m512 o[8][4];
+    for (int i = 0; i < NQ; i++)
+      for (int c = 0; c < BP; c++) o[i][c] = _mm512_setzero_ps();
+    for (int64_t jj = 0; jj < L; jj++) {
+      __m512 vb[4];
+      for (int c = 0; c < BP; c++) vb[c] = _mm512_loadu_ps(vbase + jj * hkv + 8 * (b + 2 * c));
+      const float* pj = s + 8 * jj;
+      for (int i = 0; i < NQ; i++) {
+        const __m512 pi = _mm512_set1_ps(pj[i]);
+        for (int c = 0; c < BP; c++) o[i][c] = _mm512_add_ps(o[i][c], _mm512_mul_ps(pi, vb[c]));
+      }
+    }
+    for (int i = 0; i < nq; i++)
+      for (int c = 0; c < BP; c++)
+        _mm512_storeu_ps(att + (t * H + h0 + i) * hd + 8 * (b + 2 * c), _mm512_div_ps(o[i][c], _mm512_set1_ps(sums[i])));
+  }
   for (; b + 2 <= nb; b += 2) {
     __m512 o[8];
     for (int i = 0; i < 8; i++) o[i] = _mm512_setzero_ps();
