@@ -274,7 +274,10 @@ def test_x8_equals_the_file_rows_for_every_pass_size_thread_count_and_build(port
 def test_x8_holds_at_the_extremes_of_the_int16_sums(portable, name):
     """Codes at the top of their range against activation codes of +-127 everywhere (a constant
     row quantizes to 127s): the int16 sums' worst case (30480, 31496, 32004, 32512) must not
-    wrap; the results equal the row-major kernel's bits."""
+    wrap, nor the amx build's folded bytes (Q4_K code 15 x scale 63 split into 15 x 15 and
+    15 x 3; Q6_K's scale * (code - 32) at +-4096 and 127 x 31 split into a low and a high byte),
+    in a pass of 4 rows and in one of 20 (the tiles take passes of 5 and more); the results
+    equal the row-major kernel's bits."""
     rng = np.random.default_rng(22)
     kdim = 512 if name in ("Q4_K", "Q6_K") else 256
     raw = random_blocks(name, 16, kdim, rng)
@@ -284,6 +287,8 @@ def test_x8_holds_at_the_extremes_of_the_int16_sums(portable, name):
     elif name == "Q6_K":
         blocks[:, :, :192] = 0xFF  # every code 63
         blocks[:, :, 192:208] = 0x7F  # scales 127
+        blocks[8:, :, :192] = 0x00  # rows 8-15: every code 0 (weight -32) ...
+        blocks[8:, :, 192:208] = 0x80  # ... at scale -128: -128 * -32 = 4096
     elif name == "Q4_0":
         blocks[:, :, 2:] = 0xFF
     elif name == "Q5_0":
@@ -291,15 +296,17 @@ def test_x8_holds_at_the_extremes_of_the_int16_sums(portable, name):
     else:
         blocks[:8, :, 2:] = 0x80  # -128: |w| = 128 against sign(x, w)
         blocks[8:, :, 2:] = 0x7F
-    x = np.ones((4, kdim), np.float32)
-    x[1] = -1.0
-    x[2, ::2] = -1.0
-    x[3] = rng.standard_normal(kdim)
+    x = np.ones((20, kdim), np.float32)
+    x[1::4] = -1.0
+    x[2::4, ::2] = -1.0
+    x[3::4] = rng.standard_normal((5, kdim))
     ref = matmul(portable, x, raw, name)
     assert np.isfinite(ref).all()
     for k in [portable] + [build.load_variant(v) for v in SIMD]:
-        got = matmul(k, x, repack(k, raw, name, kdim), name, layout=X8)
-        assert np.array_equal(bits(got), bits(ref)), k.name
+        x8 = repack(k, raw, name, kdim)
+        for rows in (4, 20):
+            got = matmul(k, np.ascontiguousarray(x[:rows]), x8, name, layout=X8)
+            assert np.array_equal(bits(got), bits(ref[:rows])), (k.name, rows)
 
 
 def test_x8_refuses_what_it_cannot_take(portable):

@@ -7,7 +7,9 @@ extension takes a minute and torch's headers. Its ABI is declared once, in kerne
 and read from there (abi.py); a call releases the GIL.
 
 One source, several builds (the "variants"), best first; the first whose CPU features this
-machine has is used:
+machine has is used (one the compiler cannot build gives way to the next):
+    amx         avx512vnni + AMX-INT8 tiles for Q4_K's passes of many rows (Intel Xeon of Sapphire
+                Rapids and later; x8_amx.h)
     avx512vnni  AVX512-F/BW/VL + VNNI (Intel Ice Lake and later, AMD Zen 4 and later)
     avxvnni     AVX2 + AVX-VNNI (Intel Alder Lake and later)
     avx2        AVX2 + F16C (x86-64 since 2013)
@@ -39,7 +41,7 @@ from . import abi
 
 KERNELS = Path(__file__).with_name("kernels")
 SOURCES = ("blocks.c", "quants.c", "attention.c", "forward.c", "features.c")
-HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h", "x8_neon.h")
+HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h", "x8_amx.h", "x8_neon.h")
 SHIPPED = KERNELS / "lib"
 ENV = "SPECDEC_CPU_KERNEL"
 
@@ -50,9 +52,9 @@ COMMON = CFLAGS + ["-fPIC", "-shared", "-fvisibility=hidden"]
 
 # cpu feature bits, as features.c reports them (sdcpu.h's sd_cpu_feature)
 _BITS = abi.enum("sd_cpu_feature")
-AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL, AVX512VNNI, AVXVNNI, NEON, DOTPROD = (
+AVX2, FMA, F16C, AVX512F, AVX512BW, AVX512VL, AVX512VNNI, AVXVNNI, NEON, DOTPROD, AMXINT8 = (
     _BITS[f"SD_CPU_{n}"] for n in ("AVX2", "FMA", "F16C", "AVX512F", "AVX512BW", "AVX512VL", "AVX512VNNI", "AVXVNNI",
-                                   "NEON", "DOTPROD"))
+                                   "NEON", "DOTPROD", "AMXINT8"))
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class Variant:
 
 
 VARIANTS = (
+    Variant("amx", "x86_64",
+            ("-mavx2", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mamx-tile", "-mamx-int8",
+             "-DSD_VNNI=1", "-DSD_AMX=1"),
+            AVX2 | F16C | AVX512F | AVX512BW | AVX512VL | AVX512VNNI | AMXINT8),
     Variant("avx512vnni", "x86_64",
             ("-mavx2", "-mf16c", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-DSD_VNNI=1"),
             AVX2 | F16C | AVX512F | AVX512BW | AVX512VL | AVX512VNNI),
@@ -82,6 +88,9 @@ BY_NAME = {v.name: v for v in VARIANTS}
 EMULATED = (
     Variant("avx512vnni-simde", "x86_64", ("-mavx2", "-mf16c", "-DSD_VNNI=1", "-DSD_SIMDE_VNNI"), AVX2 | F16C),
     Variant("avxvnni-simde", "x86_64", ("-mavx2", "-mf16c", "-DSD_VNNI=2", "-DSD_SIMDE_VNNI"), AVX2 | F16C),
+    # the amx build's tile path: its tile instructions in C (x8_amx.h), the rest as avx512vnni-simde
+    Variant("amx-emulated", "x86_64", ("-mavx2", "-mf16c", "-DSD_VNNI=1", "-DSD_SIMDE_VNNI", "-DSD_AMX=1",
+                                       "-DSD_AMX_EMULATED"), AVX2 | F16C),
 )
 
 
@@ -230,8 +239,16 @@ def kernel() -> Kernel:
             if BY_NAME[asked] not in choices:
                 raise KernelUnavailable(f"{ENV}={asked}: this CPU cannot run it (it runs {', '.join(v.name for v in choices)})")
             choices = [BY_NAME[asked]]
-        _chosen = load_variant(choices[0])
-        return _chosen
+        # the best build this CPU runs; in auto mode one the compiler cannot build gives way to the
+        # next (a GCC older than 11 knows no -mamx-tile: that machine runs avx512vnni)
+        for i, variant in enumerate(choices):
+            try:
+                _chosen = load_variant(variant)
+                return _chosen
+            except RuntimeError:
+                if i + 1 == len(choices):
+                    raise
+        raise KernelUnavailable("no kernel build for this CPU")
     except KernelUnavailable as e:
         _why_not = str(e)
         raise

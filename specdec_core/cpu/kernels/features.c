@@ -61,6 +61,9 @@ SD_EXPORT int sd_cpu_features(void) {
     if (zmm_ok && ((r[1] >> 30) & 1)) f |= SD_CPU_AVX512BW;
     if (zmm_ok && ((r[1] >> 31) & 1)) f |= SD_CPU_AVX512VL;
     if (zmm_ok && ((r[2] >> 11) & 1)) f |= SD_CPU_AVX512VNNI;
+    /* AMX-TILE and AMX-INT8, with the OS saving the tile state (XCR0 bits 17-18); Linux also
+       asks each process to request it, which the amx build does when it loads */
+    if (zmm_ok && ((r[3] >> 24) & 1) && ((r[3] >> 25) & 1) && ((xcr0 >> 17) & 3) == 3) f |= SD_CPU_AMXINT8;
     cpuid(7, 1, r);
     if (ymm_ok && ((r[0] >> 4) & 1)) f |= SD_CPU_AVXVNNI;
   }

@@ -58,7 +58,7 @@ typedef enum { SD_OK = 0, SD_EUNSUPPORTED = 1, SD_ESHAPE = 2, SD_ENOMEM = 3, SD_
 typedef enum {
   SD_CPU_AVX2 = 1 << 0, SD_CPU_FMA = 1 << 1, SD_CPU_F16C = 1 << 2, SD_CPU_AVX512F = 1 << 3,
   SD_CPU_AVX512BW = 1 << 4, SD_CPU_AVX512VL = 1 << 5, SD_CPU_AVX512VNNI = 1 << 6,
-  SD_CPU_AVXVNNI = 1 << 7, SD_CPU_NEON = 1 << 8, SD_CPU_DOTPROD = 1 << 9
+  SD_CPU_AVXVNNI = 1 << 7, SD_CPU_NEON = 1 << 8, SD_CPU_DOTPROD = 1 << 9, SD_CPU_AMXINT8 = 1 << 10
 } sd_cpu_feature;
 
 /* a weight matrix: N rows of K, each row whole blocks, in the file's rows or interleaved */

@@ -763,6 +763,10 @@ SD_INLINE void bx8_two_rows_q4_0(const sd_mat* w, const sd_act* a, int64_t g, fl
 }
 #endif
 
+#if SD_AMX
+#include "x8_amx.h" /* the K-quants' many-row passes on AMX tiles */
+#endif
+
 /* ---------------------------------------------------------------- entry */
 
 SD_INLINE xvf xf_tree8(const float* l) {
@@ -787,6 +791,21 @@ SD_INLINE int mm_x8_k(const int TYPE, const sd_mat* w, const sd_act* a, int64_t 
     return 0;
   }
   SD_ALIGN(64) float acc[SD_MB * 64 * XG];
+#if SD_AMX
+  if (sd_amx_ok && M >= AMX_MIN_ROWS(TYPE)) {
+    /* the tile shapes are the thread's state: loaded for every call (another library on this
+       thread may have loaded its own) and released after it (so that the OS need not save
+       the tiles' 8 KB at every switch) */
+    amx_configure(M < 16 ? (int)M : 16);
+    for (int64_t g = n0 / 8; g < n1 / 8; g += 2) {
+      const int ng = n1 / 8 - g < 2 ? (int)(n1 / 8 - g) : 2;
+      amx_unit(TYPE, w, a, M, g, ng, acc);
+      for (int64_t m = 0; m < M; m++) memcpy(y + m * ldy + 8 * g, acc + m * 16, sizeof(float) * 8 * (size_t)ng);
+    }
+    _tile_release();
+    return 0;
+  }
+#endif
   for (int64_t g = n0 / 8; g < n1 / 8; g += XG) {
     const int ng = n1 / 8 - g < XG ? (int)(n1 / 8 - g) : XG;
     kx8_unit(TYPE, w, a, M, g, ng, acc);
