@@ -107,6 +107,30 @@ def test_builds_side_by_side_are_the_ones_found_one_at_a_time(portable):
     assert build.find_or_build_all(wanted, jobs=2) == [build.find_or_build(v) for v in wanted]
 
 
+@pytest.mark.parametrize("asked", ["auto", "amx"])
+def test_a_build_the_compiler_cannot_make_gives_way_to_the_next_one(monkeypatch, asked):
+    """A CPU with AMX and a compiler without -mamx-tile (GCC < 11): picked by itself, the next
+    build this CPU runs loads instead; asked for by name, the one-line reason says why not."""
+    tried = []
+
+    def load(variant):
+        tried.append(variant.name)
+        if variant.name == "amx":
+            raise RuntimeError("cc failed for the amx kernel: unrecognized option '-mamx-tile'")
+        return build.Kernel(None, variant, Path("/nowhere"))
+
+    monkeypatch.setattr(build, "runnable", lambda features=None: [build.BY_NAME[n] for n in ("amx", "avx512vnni", "portable")])
+    monkeypatch.setattr(build, "load_variant", load)
+    monkeypatch.setattr(build, "_chosen", None)
+    monkeypatch.setattr(build, "_why_not", None)
+    monkeypatch.setenv(build.ENV, asked)
+    if asked == "auto":
+        assert build.kernel().name == "avx512vnni" and tried == ["amx", "avx512vnni"]
+    else:
+        with pytest.raises(build.KernelUnavailable, match="-mamx-tile"):
+            build.kernel()
+
+
 def test_type_ids_are_ggmls():
     import gguf
 
