@@ -128,17 +128,8 @@ SD_INLINE void amx_configure(int rows) {
 /* group gi's (8 rows') scales, mins and d of an x8 Q4_K super-block: sc[j][r] bytes into scb +
    8 * gi (rows of 16 bytes), the mins' S2 pairs, d and dmin into o */
 SD_INLINE void amx_scales_q4_K(const x8_q4_K* x, int gi, uint8_t scb[8][16], amx_meta* o) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30);
-  const __m256i l0 = _mm256_loadu_si256((const __m256i*)x->scales);
-  const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->scales + 32));
-  const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->scales + 64));
-  SD_ALIGN(32) uint8_t sc[64], mn[64]; /* [j][row], as kx8_decode */
-  _mm256_store_si256((__m256i*)sc, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
-  _mm256_store_si256((__m256i*)(sc + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, m30)));
-  _mm256_store_si256((__m256i*)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                                   _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
-  _mm256_store_si256((__m256i*)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+  SD_ALIGN(32) uint8_t sc[64], mn[64]; /* [j][row] */
+  kx8_q4_K_scales(x, sc, mn);
 #pragma GCC unroll 8
   for (int j = 0; j < 8; j++) memcpy(scb[j] + 8 * gi, sc + 8 * j, 8);
 #pragma GCC unroll 4
@@ -213,29 +204,18 @@ SD_INLINE void amx_decode_q6_K(const x8_q6_K* x0, const x8_q6_K* x1, amx_fold* o
                               _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(x1->scales + 8 * u))));
     ms[u] = _mm512_or_si512(_mm512_and_si512(w, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(w, 16));
   }
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   const __m512i b32 = _mm512_set1_epi8(32);
-  const x8_q6_K* xs[2] = {x0, x1};
 #pragma GCC unroll 1
   for (int h = 0; h < 2; h++)
 #pragma GCC unroll 2
     for (int k = 0; k < 8; k++) {
-      __m256i cg[2][4];
-#pragma GCC unroll 2
-      for (int gi = 0; gi < 2; gi++) { /* kx8_decode's codes: quarter p of half h, chunk 32h + 8p + k */
-        const x8_q6_K* x = xs[gi];
-        const __m256i l0 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h) * 8 + k) * 32));
-        const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h + 1) * 8 + k) * 32));
-        const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->qh + (h * 8 + k) * 32));
-        cg[gi][0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-        cg[gi][1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-        cg[gi][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-        cg[gi][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-      }
+      __m256i c0[4], c1[4];
+      kx8_q6_K_codes(x0, h, k, c0);
+      kx8_q6_K_codes(x1, h, k, c1);
 #pragma GCC unroll 4
       for (int p = 0; p < 4; p++) {
         const int c = 32 * h + 8 * p + k, u = c / 4;
-        const __m512i v = _mm512_sub_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(cg[0][p]), cg[1][p], 1), b32);
+        const __m512i v = _mm512_sub_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(c0[p]), c1[p], 1), b32);
         amx_fold_q6_K(v, ms[u], o->lo[c], o->hi[c]);
       }
     }

@@ -196,6 +196,34 @@ SD_INLINE void kx8_scale(const uint8_t* p, int is_signed, void* out) {
 #endif
 }
 
+/* an x8 Q4_K super-block's 6-bit scales and mins, unpacked (see sd_repack): sc[8 j + r] and
+   mn[8 j + r], sub-block j of row r -- the low nibbles of scale | min, then their top two bits */
+SD_INLINE void kx8_q4_K_scales(const x8_q4_K* x, uint8_t sc[64], uint8_t mn[64]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30);
+  const __m256i l0 = _mm256_loadu_si256((const __m256i*)x->scales);
+  const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->scales + 32));
+  const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->scales + 64));
+  _mm256_store_si256((__m256i*)sc, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
+  _mm256_store_si256((__m256i*)(sc + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, m30)));
+  _mm256_store_si256((__m256i*)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                   _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
+  _mm256_store_si256((__m256i*)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+}
+
+/* an x8 Q6_K super-block's codes (0..63) of chunks 32h + 8p + k, p = 0..3, for 8 rows: quarter p
+   of half h. qh's bit pairs 0-1, 2-3, 4-5, 6-7 are the top bits of elements +0, +32, +64, +96 */
+SD_INLINE void kx8_q6_K_codes(const x8_q6_K* x, int h, int k, __m256i c[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i l0 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h) * 8 + k) * 32));
+  const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h + 1) * 8 + k) * 32));
+  const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->qh + (h * 8 + k) * 32));
+  c[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+  c[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+  c[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+  c[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+}
+
 SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   if (TYPE == SD_Q4_K) {
@@ -208,18 +236,8 @@ SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
         _mm256_store_si256((__m256i*)s->codes[16 * c + k][gi], _mm256_and_si256(raw, m4));
         _mm256_store_si256((__m256i*)s->codes[16 * c + 8 + k][gi], _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
       }
-    /* scales (see sd_repack): low nibbles of scale | min, then their top two bits */
-    const __m256i l0 = _mm256_loadu_si256((const __m256i*)x->scales);
-    const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->scales + 32));
-    const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->scales + 64));
-    const __m256i m2 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30);
     SD_ALIGN(32) uint8_t sc[64], mn[64]; /* [j][row] */
-    _mm256_store_si256((__m256i*)sc, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
-    _mm256_store_si256((__m256i*)(sc + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, m30)));
-    _mm256_store_si256((__m256i*)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                                     _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
-    _mm256_store_si256((__m256i*)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+    kx8_q4_K_scales(x, sc, mn);
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) kx8_scale(sc + 8 * j, 0, s->sc[j][gi]);
     /* S2 = sum over the 8 scale units j of mn[j] * sums32[j]: pairs (mn_2p, mn_2p+1) */
@@ -234,24 +252,14 @@ SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
     return;
   }
   const x8_q6_K* x = (const x8_q6_K*)blk;
-  const __m256i m30 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 2
   for (int h = 0; h < 2; h++)
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
-      const __m256i l0 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h) * 8 + k) * 32));
-      const __m256i l1 = _mm256_loadu_si256((const __m256i*)(x->ql + ((2 * h + 1) * 8 + k) * 32));
-      const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->qh + (h * 8 + k) * 32));
-      /* qh's bit pairs 0-1, 2-3, 4-5, 6-7 are the top bits of elements +0, +32, +64, +96 */
-      _mm256_store_si256((__m256i*)s->codes[32 * h + k][gi],
-                         _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)));
-      _mm256_store_si256((__m256i*)s->codes[32 * h + 8 + k][gi],
-                         _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)));
-      _mm256_store_si256((__m256i*)s->codes[32 * h + 16 + k][gi],
-                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)));
-      _mm256_store_si256((__m256i*)s->codes[32 * h + 24 + k][gi],
-                         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+      __m256i c[4];
+      kx8_q6_K_codes(x, h, k, c);
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; p++) _mm256_store_si256((__m256i*)s->codes[32 * h + 8 * p + k][gi], c[p]);
     }
   const uint8_t* scales = (const uint8_t*)x->scales;
 #pragma GCC unroll 16
@@ -480,17 +488,7 @@ SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const
   const uint8_t* scales = TYPE == SD_Q4_K ? NULL : (const uint8_t*)((const x8_q6_K*)blk)->scales;
   SD_ALIGN(32) uint8_t sc[64], mn[64]; /* Q4_K: [j][row], see kx8_decode */
   if (TYPE == SD_Q4_K) {
-    const x8_q4_K* q = (const x8_q4_K*)blk;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), m30 = _mm256_set1_epi8(0x30);
-    const __m256i l0 = _mm256_loadu_si256((const __m256i*)q->scales);
-    const __m256i l1 = _mm256_loadu_si256((const __m256i*)(q->scales + 32));
-    const __m256i hb = _mm256_loadu_si256((const __m256i*)(q->scales + 64));
-    _mm256_store_si256((__m256i*)sc, _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4)));
-    _mm256_store_si256((__m256i*)(sc + 32), _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, m30)));
-    _mm256_store_si256((__m256i*)mn, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                                     _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
-    _mm256_store_si256((__m256i*)(mn + 32), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                            _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30)));
+    kx8_q4_K_scales((const x8_q4_K*)blk, sc, mn);
     scales = sc;
   }
   /* a scale unit: 32 elements (Q4_K) or 16 (Q6_K); AVX2's int16 sums run over 8 or 2 chunks */
