@@ -309,6 +309,9 @@ def _summary_bits(stats: Stats) -> list[str]:
         bits.append(f"{stats.target_forward_passes} steps, {stats.plain_steps} plain")
     if stats.reused_prompt_tokens:
         bits.append(f"{stats.reused_prompt_tokens} prompt tokens reused from the last turn")
+    if stats.idle_read_tokens:  # Engine.read_ahead: done while the user typed, not in the time above
+        bits.append(f"draft read {stats.idle_read_tokens} skipped tokens between turns "
+                    f"({stats.idle_read_seconds:.2f} s, not in this answer's time)")
     if figures.speculative(stats) and stats.proposer:
         bits.append(f"proposer {stats.proposer}")
     bits.append(STOP_WORDS.get(stats.stop_reason, stats.stop_reason) or "generating…")

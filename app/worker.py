@@ -10,6 +10,8 @@ Rules (docs/architecture.md):
   from a request it no longer waits for (a stopped generation never lands in a newer message);
 - stop is cooperative: the GUI sets the request's threading.Event directly (thread-safe); the
   engine checks it between steps and the worker stops forwarding tokens at once;
+- between turns the draft reads what its windows skipped (engine.read_ahead) while the user
+  reads and types; a new request (or a load, or stop) ends that read within one of its passes;
 - tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token,
   each carrying the engine's running Stats (a typed copy) for exactly the tokens sent so far: the
   GUI shows those numbers and saves them with a stopped message; it never recomputes them from
@@ -199,23 +201,32 @@ class Worker(QObject):
         super().__init__()
         self.engine: EngineLike | None = None
         self._requests = RequestTracker()
+        # work queued for this thread and not started yet (requests, loads) and stops asked for:
+        # an idle read ends as soon as there is any
+        self._waiting = _Counter()
         self._load_requested.connect(self._load)
         self._generate_requested.connect(self._generate)
 
     # -- GUI-thread API -------------------------------------------------------------------
     def request_load(self, request: LoadRequest) -> None:
+        self._waiting.add(1)
         self._load_requested.emit(request)
 
     def request_generate(self, request: GenerateRequest) -> None:
+        self._waiting.add(1)
         self._generate_requested.emit(request)
 
     def stop(self, request_id: int | None = None) -> None:
-        """Cancel the running generation (or only `request_id`, when given). Thread-safe."""
+        """Cancel the running generation (or only `request_id`, when given), and any idle read.
+        Thread-safe."""
+        self._waiting.stopped = True
         self._requests.stop(request_id)
 
     # -- worker-thread slots --------------------------------------------------------------
     @Slot(object)
     def _load(self, request: LoadRequest) -> None:
+        self._waiting.add(-1)
+
         def progress(message: str, fraction: float | None = None) -> None:
             self.progress.emit(str(message), -1.0 if fraction is None else float(fraction))
 
@@ -252,6 +263,7 @@ class Worker(QObject):
 
     @Slot(object)
     def _generate(self, req: GenerateRequest) -> None:
+        self._waiting.add(-1)  # this one has started
         if req.cancel.is_set():  # stopped before it even started: say so, emit no tokens
             self.finished.emit(req.request_id, Finished(Stats(stop_reason="cancelled")))
             return
@@ -259,7 +271,7 @@ class Worker(QObject):
             self.failed.emit(req.request_id, "no models are loaded yet")
             return
         self._requests.begin(req)
-        gen = None
+        gen, answered = None, False
         try:
             fit = self.engine.fit(req.messages, req.settings.max_new_tokens, req.dropped, **req.fit_options())
             if not fit.fits:  # said at once, before any computing: the GUI offers to drop turns
@@ -276,6 +288,7 @@ class Worker(QObject):
             if req.cancel.is_set():
                 stats = dataclasses.replace(stats, stop_reason="cancelled")
             self.finished.emit(req.request_id, Finished(stats, gen.text))
+            answered = True
         except Exception as exc:
             from specdec_core.models.errors import ModelError  # light: a user-facing one-liner
 
@@ -288,6 +301,39 @@ class Worker(QObject):
                 self.failed.emit(req.request_id, _one_line(exc))
         finally:
             self._requests.end()
+        if answered:
+            self._read_ahead()
+
+    def _read_ahead(self) -> None:
+        """After an answer, while this thread would otherwise wait: the draft reads what it
+        skipped of the conversation (Engine.read_ahead), until done or until new work is
+        queued. Only a speed-up for the next turn: a failure here loses nothing."""
+        read = getattr(self.engine, "read_ahead", None)
+        self._waiting.stopped = False  # a stop from before this point was for the answer
+        if read is None or self._waiting.any():
+            return
+        try:
+            read(self._waiting.any)
+        except Exception:  # noqa: BLE001 -- the next turn reads what this did not
+            traceback.print_exc()
+
+
+class _Counter:
+    """Work queued for the worker's thread and not started (added from the GUI thread, taken
+    off in the worker's), and whether a stop was asked since the last idle read began."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._n = 0
+        self.stopped = False
+        self.closing = False  # the thread is being shut down: no more reads
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self._n = max(self._n + n, 0)
+
+    def any(self) -> bool:
+        return self._n > 0 or self.stopped or self.closing
 
 
 def _one_line(exc: BaseException) -> str:
@@ -311,6 +357,7 @@ def start_worker(parent: QObject | None = None) -> tuple[Worker, QThread]:
 
 def stop_worker(worker: Worker, thread: QThread, timeout_ms: int = 10000) -> bool:
     """Cancel what runs, end the thread's event loop and wait for it. True when it ended."""
+    worker._waiting.closing = True  # an idle read ends, and none starts
     worker.stop()
     thread.quit()
     return thread.wait(timeout_ms)

@@ -107,6 +107,7 @@ class Decoder:
         reuse_cache: bool = False,
         answer_prefix: int = 0,
         reuse_at_most: int | None = None,
+        idle_read: tuple[int, float] = (0, 0.0),
     ) -> Generation:
         """reuse_cache: keep the KV caches' entries for the longest prefix of `prompt_ids` that
         they already hold (a chat's next turn) instead of recomputing the whole prompt. Off by
@@ -117,7 +118,9 @@ class Decoder:
 
         answer_prefix: the last that many prompt ids are the start of the answer this
         generation continues (an assistant prefill): the text handed out continues theirs.
-        settings.max_new_tokens None: the answer runs until the context is full."""
+        settings.max_new_tokens None: the answer runs until the context is full.
+        idle_read: (tokens, seconds) the proposer read since the last generation, while nothing
+        ran (Engine.read_ahead): the Stats say so, outside the answer's time."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
         check_fits(len(prompt_ids), settings.max_new_tokens, self.context_length)
@@ -125,7 +128,8 @@ class Decoder:
         detok = IncrementalDetokenizer(self.tokenizer)
         if answer_prefix > 0:  # a few tokens of context are all a word's space or a split character need
             detok.seed(list(prompt_ids[-min(answer_prefix, DETOK_SEED):]))
-        stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None)
+        stats = Stats(mode="speculative" if proposer else "standard", proposer=proposer.name if proposer else None,
+                      idle_read_tokens=idle_read[0], idle_read_seconds=idle_read[1])
         constraint = self.constraint(settings.grammar) if settings.grammar is not None else None
         if constraint is not None and proposer is not None:
             proposer = GrammarProposer(proposer, constraint)  # forced tokens first, masked proposals else

@@ -50,6 +50,8 @@ class Engine:
                                clock=self.clock)
         self._proposers: dict[str, Proposer] = {}
         self._head: list[int] | None = None
+        self._last_proposer: str | None = None  # the proposer of the latest generation (None: standard)
+        self._idle_read = (0, 0.0)  # read_ahead's (tokens, seconds) since the latest generation
 
     @classmethod
     def load(
@@ -194,8 +196,30 @@ class Engine:
         """contract.EngineLike.generate; reuse_at_most (this engine only): with reuse_cache, keep
         the cached entries of at most that many of the prompt's first tokens (Decoder.generate)."""
         prop = self.proposer(settings.proposer) if settings.speculative else None
+        idle, self._idle_read = self._idle_read, (0, 0.0)
+        self._last_proposer = settings.proposer if prop is not None else None
+        # what the read between the turns did for this one (a turn that keeps the cache)
         return self.decoder.generate(prompt, settings, prop, cancel, reuse_cache=reuse_cache,
-                                     answer_prefix=answer_prefix, reuse_at_most=reuse_at_most)
+                                     answer_prefix=answer_prefix, reuse_at_most=reuse_at_most,
+                                     idle_read=idle if prop is not None and reuse_cache else (0, 0.0))
+
+    def read_ahead(self, stop: Callable[[], bool] = lambda: False) -> tuple[int, float]:
+        """Between a chat's turns, let the latest generation's draft read what its windows
+        skipped of that conversation (DraftModelProposer.read_backlog), so the next turn, which
+        keeps the conversation's prefix, starts with the draft's view whole and only its new
+        message to read. For the idle time after an answer: the app's worker calls it once an
+        answer ends and stops it (`stop`, asked between passes of a few dozen tokens) as soon
+        as a new request comes; the bench calls it between a conversation's turns. Nothing after
+        a standard generation (no draft read then) or with a proposer that reads nothing.
+        -> (tokens read, seconds); the next generation's Stats carry them (idle_read_*)."""
+        name = self._last_proposer
+        prop = self._proposers.get(name) if name is not None else None
+        read = getattr(prop, "read_backlog", None)
+        if read is None:
+            return 0, 0.0
+        tokens, seconds = read(stop)
+        self._idle_read = (self._idle_read[0] + tokens, self._idle_read[1] + seconds)
+        return tokens, seconds
 
     @property
     def template_head(self) -> list[int]:

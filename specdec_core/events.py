@@ -168,6 +168,11 @@ class Stats:
     # start, what plain and lookup steps wrote): seconds and tokens, part of seconds_by_source
     catchup_seconds: float = 0.0
     catchup_tokens: int = 0
+    # the draft's read, after the turn before this one ended, of what that turn's windows had
+    # skipped (Engine.read_ahead: the app does it while the user reads and types): time the
+    # user did not wait for, so not in `seconds`; it is why this turn's catch-up is short
+    idle_read_seconds: float = 0.0
+    idle_read_tokens: int = 0
     # plain steps after the prefill: their time and number (in standard decoding every step
     # after the first), so a report can show that a plain step inside speculative decoding
     # costs what a standard step costs

@@ -10,6 +10,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import dataclasses  # noqa: E402
 import html  # noqa: E402
 import io  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -90,6 +91,48 @@ def test_worker_next_turn_reuses_the_conversation_cache(qtbot, worker, sig):
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as second:
         worker.request_generate(GenerateRequest(2, turn2, DecodeSettings(6, draft_tokens=2)))
     assert second.args[1].stats.reused_prompt_tokens > head  # at least the first turn's prompt
+
+
+def test_worker_reads_ahead_between_turns_and_a_new_request_stops_the_read(qtbot, worker, sig):
+    with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT):
+        worker.request_load(LoadRequest(factory=tiny_factory()))
+    engine = worker.engine
+    engine.proposer("lookup+draft").draft.first_read_window = 2  # the first turn leaves a gap
+    turn1 = [{"role": "user", "content": "is the cat on the mat or in the hat"}]
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as first:
+        worker.request_generate(GenerateRequest(1, turn1, DecodeSettings(6, draft_tokens=2)))
+    turn2 = turn1 + [{"role": "assistant", "content": first.args[1].text}, {"role": "user", "content": "the hat"}]
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as second:
+        worker.request_generate(GenerateRequest(2, turn2, DecodeSettings(6, draft_tokens=2)))
+    # after turn 1 the worker's idle read took in what the first read's window skipped
+    assert second.args[1].stats.idle_read_tokens > 0
+    # a read that would run on stops for the next request, which then runs
+    reads = []
+
+    def endless(stop):
+        reads.append("started")
+        while not stop():
+            time.sleep(0.005)
+        reads.append("stopped")
+        return 0, 0.0
+
+    engine.read_ahead = endless
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT):
+        worker.request_generate(GenerateRequest(3, turn2, DecodeSettings(4, draft_tokens=2)))
+    qtbot.waitUntil(lambda: reads == ["started"], timeout=TIMEOUT)
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as fourth:
+        worker.request_generate(GenerateRequest(4, turn2, DecodeSettings(4, draft_tokens=2)))
+    assert fourth.args[0] == 4 and fourth.args[1].stats.new_tokens == 4
+    assert reads[:2] == ["started", "stopped"]
+
+
+def test_the_side_panel_says_what_the_draft_read_between_turns(qtbot, make_window):
+    win = make_window()
+    win.worker.engine.proposer("lookup+draft").draft.first_read_window = 2  # turn 1 leaves a gap
+    send_and_wait(qtbot, win, "is the cat on the mat or in the hat")
+    assert "between turns" not in win.side_panel.summary.text()
+    send_and_wait(qtbot, win, "the hat")
+    assert "skipped tokens between turns" in win.side_panel.summary.text()
 
 
 def test_worker_streams_batches_then_finishes(qtbot, worker, sig):

@@ -388,6 +388,17 @@ def test_a_conversation_is_measured_turn_by_turn_on_the_cache_the_last_turn_left
         assert rec["turn"] > 1 or rec["reused_prompt_tokens"] == head
         assert rec["mean_plain_step_seconds"] is None or rec["mean_plain_step_seconds"] > 0
     assert "## Steps: a plain step against a standard step" in (out / "report.md").read_text()
+    # between the turns our modes' draft read what it skipped, outside the turns' time
+    assert rep["settings"]["between_turns"] == "the draft reads what it skipped (not in the turns' time)"
+    ours = [r["repeats"][0] for r in rep["rows"] if not r["mode"].startswith("hf-")]
+    assert all(rec["idle_read_tokens"] == 0 for rec in ours if rec["turn"] == 1)  # nothing before a first turn
+    # without it, no turn says it had one
+    out2 = tmp_path / "out2"
+    assert bench(pair, prompts, out2, "--draft-tokens", "2", "--lookup-tokens", "none", "--split", "holdout",
+                 "--no-read-ahead") == 0
+    rep2 = json.loads((out2 / "report.json").read_text())
+    assert rep2["settings"]["between_turns"] == "no read" and "--no-read-ahead" in rep2["command"]
+    assert all(r["repeats"][0]["idle_read_tokens"] == 0 for r in rep2["rows"])
 
 
 def test_cold_start_pays_every_first_turn_whole(pair, tmp_path):

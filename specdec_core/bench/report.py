@@ -22,7 +22,7 @@ from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, 
 METRICS = ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate",
            "tokens_per_speculative_step", "plain_step_share", "peak_memory_bytes", "new_tokens",
            "target_forward_passes", "draft_forward_passes", "mean_draft_length", "mean_plain_step_seconds",
-           "catchup_seconds")
+           "catchup_seconds", "idle_read_seconds")
 REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED, LLAMACPP)
 # per prompt, the fastest of llama.cpp's modes (plain, speculative at its default, tuned)
 LLAMACPP_BEST = "llama.cpp-best"
@@ -114,7 +114,7 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
     f = {"prompts": len(mine)}
     for k in ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "acceptance_rate",
               "tokens_per_speculative_step", "plain_step_share", "peak_memory_bytes", "mean_draft_length", "new_tokens",
-              "mean_plain_step_seconds", "catchup_seconds"):
+              "mean_plain_step_seconds", "catchup_seconds", "idle_read_seconds"):
         f[k] = _median([r.get(k) for r in mine.values()])
     f["tokens_per_second_min"] = min((r["stats"]["tokens_per_second"]["min"] for r in mine.values()), default=None)
     f["tokens_per_second_max"] = max((r["stats"]["tokens_per_second"]["max"] for r in mine.values()), default=None)
@@ -174,6 +174,7 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
             "baseline": settings["baseline"],
             "threads": settings["threads"],
             "first_turns": settings.get("first_turns"),
+            "between_turns": settings.get("between_turns"),
         },
         "modes": [dataclasses.asdict(m) for m in modes],
         "memory_method": memory_method,
@@ -301,7 +302,8 @@ def _about(v: _View) -> list[str]:
              f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"
              + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not v.greedy else " (greedy)")
              + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)"
-             + (f"; first turns: {s['first_turns']}" if s.get("first_turns") else ""))
+             + (f"; first turns: {s['first_turns']}" if s.get("first_turns") else "")
+             + (f"; between turns: {s['between_turns']}" if s.get("between_turns") else ""))
     la0, la1 = m.get("load_average_start"), m.get("load_average_end")
     if la0 or la1:
         L.append(f"- **load average** (1/5/15 min) at start {la0}, at end {la1}")
@@ -383,15 +385,19 @@ def _steps(v: _View) -> list[str]:
     spec = [m.name for m in v.modes if m.proposes]
     L = ["## Steps: a plain step against a standard step, the lowest prompt, the draft's reads\n",
          "Per category, medians over prompts of each run's mean plain-step time (standard: every step after "
-         "the first); speedup vs standard as median [lowest prompt]; the draft's catch-up reads (s per answer).\n"]
-    head = ["category", "standard step ms"] + [f"{_mode_label(n)}: plain ms / x std [lowest] / reads s" for n in spec]
+         "the first); speedup vs standard as median [lowest prompt]; the draft's catch-up reads (s per answer) "
+         "and, for a conversation's later turns, its read of what it skipped while no turn ran (s, not in the "
+         "turn's time).\n"]
+    head = ["category", "standard step ms"] + [f"{_mode_label(n)}: plain ms / x std [lowest] / reads s / between turns s"
+                                               for n in spec]
 
     def ms(x):
         return _f(x * 1000 if x is not None else None, 1)
 
     L += table(head, ([c, ms(by[c][STANDARD]["mean_plain_step_seconds"])] + [
         f"{ms(by[c][n]['mean_plain_step_seconds'])} / {_x(by[c][n]['speedup_vs_standard'])} "
-        f"[{_x(by[c][n]['speedup_vs_standard_min'])}] / {_f(by[c][n]['catchup_seconds'])}" for n in spec]
+        f"[{_x(by[c][n]['speedup_vs_standard_min'])}] / {_f(by[c][n]['catchup_seconds'])} / "
+        f"{_f(by[c][n].get('idle_read_seconds'))}" for n in spec]
         for c in v.cats))
     return L + [""]
 

@@ -34,6 +34,12 @@ worker's read after loading (app/worker.py), for the target and the draft alike.
 prompt, even where the run before had the same prompt, is paid in full. `head_tokens=None`
 (`specdec bench --cold-start`) pays the whole prompt, the template's head too, as the very first
 message of a process that read nothing does.
+
+Between a conversation's turns our speculative modes let the draft read what its windows skipped
+(Engine.read_ahead), as the app's worker does while the user reads the answer and types the next
+message: that read is not in the next turn's time (no user waits for it) and is recorded beside
+it (idle_read_seconds, idle_read_tokens). `read_ahead=False` (`specdec bench --no-read-ahead`)
+measures later turns without it, as a client that sends its turns back to back gets them.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class RunSettings:
     # first turns keep at most this many cached prompt tokens: the template's head (module
     # docstring); None: none (a server, or --cold-start)
     head_tokens: int | None = None
+    # between a conversation's turns the draft reads what it skipped (module docstring)
+    read_ahead: bool = True
 
 
 def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
@@ -100,7 +108,8 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                 for pos, mode in enumerate(order):
                     bar.set_postfix_str(f"{prompt.id} #{r + 1} {mode.name}", refresh=False)
                     if prompt.conversation:
-                        recs = run_conversation(engine, prompt, mode, repeat, memory, hf, llama, head)
+                        recs = run_conversation(engine, prompt, mode, repeat, memory, hf, llama, head,
+                                                settings.read_ahead)
                     else:
                         recs = [run_one(engine, prompt, mode, repeat, memory, hf, llama, head=head)]
                     for t, rec in enumerate(recs):
@@ -125,9 +134,11 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
 
 
 def run_conversation(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None,
-                     head: int | None = None) -> list[dict]:
+                     head: int | None = None, read_ahead: bool = True) -> list[dict]:
     """Every turn of a conversation in one mode, each answer kept in the chat for the next
-    turn; a raw record per turn (fewer when a turn fails or the chat outgrows the context)."""
+    turn; a raw record per turn (fewer when a turn fails or the chat outgrows the context).
+    read_ahead: our modes' draft reads what it skipped between the turns (module docstring)."""
+    idle = getattr(engine, "read_ahead", None) if read_ahead and not (mode.is_hf or mode.is_llamacpp) else None
     messages: list[dict] = []
     recs: list[dict] = []
     for t, user in enumerate(prompt.conversation):
@@ -141,6 +152,8 @@ def run_conversation(engine, prompt, mode: Mode, settings: DecodeSettings, memor
         if rec.get("error") or rec.get("text") is None:
             break
         messages.append({"role": "assistant", "content": rec["text"]})
+        if idle is not None and t + 1 < len(prompt.conversation):
+            idle()  # the next turn's Stats carry what it read
     return recs
 
 
@@ -290,6 +303,8 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
         mean_plain_step_seconds=s.mean_plain_step_seconds or None,
         catchup_seconds=s.catchup_seconds,
         catchup_tokens=s.catchup_tokens,
+        idle_read_seconds=s.idle_read_seconds,
+        idle_read_tokens=s.idle_read_tokens,
         steps_by_source=dict(s.steps_by_source),
         proposed_by_source=dict(s.proposed_by_source),
         accepted_by_source=dict(s.accepted_by_source),

@@ -49,6 +49,10 @@ def add_parser(sub) -> None:
     b.add_argument("--cold-start", action="store_true",
                    help="every first turn pays its whole prompt, the chat template's head too (default: the "
                         "caches hold that head, as a new chat in the app finds them)")
+    b.add_argument("--no-read-ahead", action="store_true",
+                   help="a conversation's later turns without the draft's read, between the turns, of what it "
+                        "skipped (default: that read runs, as the app runs it while the user types, and is "
+                        "reported beside the turn, not in its time)")
     b.add_argument("--baseline", default="none", metavar="hf,llama.cpp|none",
                    help="peers to time beside our modes, comma-separated: hf = transformers' generate() and "
                         "generate(assistant_model=draft); llama.cpp = llama.cpp's plain decoding and its own "
@@ -83,6 +87,8 @@ def command_line(args, server: bool = False) -> str:
     parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens)]
     if local and getattr(args, "cold_start", False):
         parts += ["--cold-start"]
+    if local and getattr(args, "no_read_ahead", False):
+        parts += ["--no-read-ahead"]
     if local:
         parts += ["--baseline", args.baseline]
         if args.llama_cpp:
@@ -179,13 +185,16 @@ def _run_local(args) -> int:
     # first turns start from the template's head, as a new chat in the app (runner.py)
     head = None if args.cold_start or not hasattr(engine, "template_head") else len(engine.template_head)
     with PeakMemory(engine.target_info.device) as memory:
-        raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens, head),
+        raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens, head,
+                                                            not args.no_read_ahead),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
     settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
                 "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads(),
-                "first_turns": "cold" if head is None else f"template head cached ({head} tokens)"}
+                "first_turns": "cold" if head is None else f"template head cached ({head} tokens)",
+                "between_turns": ("no read" if args.no_read_ahead or not hasattr(engine, "read_ahead") else
+                                  "the draft reads what it skipped (not in the turns' time)")}
     report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
                           command_line(args), args.note, time.perf_counter() - started, skipped)
     write_report(plan.out, report)

@@ -40,6 +40,9 @@ class LookupDraftProposer:
             return found
         return self.draft.propose(ids, plan, params, rng, constraint)
 
+    def read_backlog(self, stop=lambda: False) -> tuple[int, float]:
+        return self.draft.read_backlog(stop)  # lookup reads nothing
+
     def unread(self, ids: list[int]) -> int:
         return self.draft.unread(ids)  # lookup reads nothing
 

@@ -86,7 +86,8 @@ class Service:
 
     def __init__(self, engine: EngineLike, queue: DecodeQueue, model_name: str | None = None,
                  api_key: str | None = None):
-        self.engine = QueuedEngine(engine, queue, bounded=True)
+        # between a client's turns the draft reads what it skipped, while the line is empty
+        self.engine = QueuedEngine(engine, queue, bounded=True, read_between=True)
         self.queue = queue
         self.model = model_name or served_name(engine.target_info.name)
         self.api_key = api_key or None

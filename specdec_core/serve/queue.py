@@ -112,6 +112,16 @@ class DecodeQueue:
                     return False
                 self._cond.wait(_POLL)
 
+    def try_turn(self) -> bool:
+        """Take a turn at once if nobody holds one and nobody waits (True), else nothing (False):
+        for work that only uses idle time (Engine.read_ahead). End it with release()."""
+        with self._cond:
+            if self._owner is not None or self._line:
+                return False
+            self._owner, self._depth = threading.get_ident(), 1
+            self._turn_started = None  # not a decode: Retry-After's estimate leaves it out
+            return True
+
     def leave(self, ticket: Ticket) -> None:
         """Give up a place that was never waited on (a request refused after it joined)."""
         with self._cond:
@@ -125,7 +135,8 @@ class DecodeQueue:
             self._depth -= 1
             if self._depth <= 0:
                 self._owner, self._depth = None, 0
-                self._durations.append(time.perf_counter() - self._turn_started)
+                if self._turn_started is not None:
+                    self._durations.append(time.perf_counter() - self._turn_started)
                 self._cond.notify_all()
 
     def _retry_after_locked(self) -> int:
@@ -138,8 +149,10 @@ class QueuedGeneration(EventStream):
     Cancelled while waiting, it yields nothing and its stats say "cancelled"."""
 
     def __init__(self, inner: GenerationLike, queue: DecodeQueue, ticket: Ticket, settings: DecodeSettings,
-                 cancel: threading.Event | None):
+                 cancel: threading.Event | None, after=None):
+        """after: called once its turn is given back (QueuedEngine's read between turns)."""
         self.inner = inner
+        self._after = after
         self.events = []
         self._queue, self._ticket, self._cancel = queue, ticket, cancel
         self._mode = settings.mode
@@ -161,6 +174,8 @@ class QueuedGeneration(EventStream):
                 yield ev
         finally:
             self._queue.release()
+            if self._after is not None:
+                self._after()
 
     def close(self) -> None:
         """Leave the line if it never started (a generation made and then not wanted)."""
@@ -186,10 +201,35 @@ class QueuedEngine:
     `bounded`: whether its generations may be refused by a full line (a server's requests) or
     always join it (the app's chat, which waits)."""
 
-    def __init__(self, inner: EngineLike, queue: DecodeQueue, bounded: bool = True):
+    def __init__(self, inner: EngineLike, queue: DecodeQueue, bounded: bool = True, read_between: bool = False):
+        """read_between: once a generation ends and nobody waits, a background thread lets the
+        draft read what it skipped (read_ahead) -- a server, whose clients send the next turn
+        later; the app's worker calls read_ahead itself."""
         self.inner = inner
         self.queue = queue
         self.bounded = bounded
+        self.read_between = read_between
+
+    def read_ahead(self, stop=lambda: False) -> tuple[int, float]:
+        """The inner engine's read_ahead in a turn of its own, only while the line is empty: it
+        takes no turn when someone holds or waits for one, and stops when someone joins."""
+        read = getattr(self.inner, "read_ahead", None)
+        if read is None or not self.queue.try_turn():
+            return 0, 0.0
+        try:
+            return read(lambda: stop() or self.queue.waiting > 0)
+        finally:
+            self.queue.release()
+
+    def _read_soon(self) -> None:
+        if self.queue.waiting == 0 and getattr(self.inner, "read_ahead", None) is not None:
+            threading.Thread(target=self._read_quietly, name="specdec-read-ahead", daemon=True).start()
+
+    def _read_quietly(self) -> None:
+        try:
+            self.read_ahead()
+        except Exception:  # noqa: BLE001 -- only a head start for the next turn: it reads what this did not
+            pass
 
     @property
     def target_info(self) -> ModelInfo:
@@ -252,7 +292,8 @@ class QueuedEngine:
             more["reuse_at_most"] = reuse_at_most
         inner = self.inner.generate(prompt, settings, cancel=cancel, reuse_cache=reuse_cache, **more)
         ticket = self.queue.join(self.bounded)
-        return QueuedGeneration(inner, self.queue, ticket, settings, cancel)
+        after = self._read_soon if self.read_between and settings.speculative else None
+        return QueuedGeneration(inner, self.queue, ticket, settings, cancel, after)
 
     def fork(self) -> QueuedEngine:
         """A race's lane: the inner engine's fork, in the same line."""

@@ -1,0 +1,150 @@
+"""Between a chat's turns the draft reads what its windows skipped (Engine.read_ahead): the view
+is made whole, the next turn reads only its new message, the output stays standard greedy's,
+and a read stops for new work within one of its passes."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from specdec_core.decoder import Decoder
+from specdec_core.lm import CachedLM
+from specdec_core.proposers import DraftModelProposer
+from specdec_core.serve.queue import DecodeQueue, QueuedEngine
+from specdec_core.settings import DecodeSettings
+from test_decoder import PROMPTS, _Scripted
+
+
+def _gappy_turn(tiny, monkeypatch, prompt):
+    """A turn whose plain stretches the draft skips (a window of 2): its view has gaps."""
+    import specdec_core.decoder as decoder_module
+
+    monkeypatch.setattr(decoder_module, "make_policy", lambda *a: _Scripted([3] + [0] * 7 + [4] + [0] * 5))
+    dec = Decoder(tiny.target, tiny.tokenizer)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab)
+    prop.catchup_window = 2
+    out = dec.generate(prompt, DecodeSettings(max_new_tokens=30, draft_tokens=3), prop).run()
+    assert prop.gaps  # it did skip
+    return dec, prop, list(prompt) + out.token_ids
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_a_backlog_read_makes_the_view_what_a_whole_read_gives(tiny, monkeypatch, prompt):
+    dec, prop, seq = _gappy_turn(tiny, monkeypatch, prompt)
+    first_gap = prop.gaps[0][0]
+    read, seconds = prop.read_backlog(chunk=5)
+    # rolled back to the first gap and read on to the last token (fed with the next proposal)
+    assert read == len(seq) - 1 - first_gap and seconds > 0
+    assert prop.gaps == [] and prop.offset == 0 and prop.lm.ids == seq[:-1]
+    # its cache gives what one read of the whole sequence gives
+    whole = CachedLM(tiny.draft, vocab_size=tiny.vocab)
+    whole.forward(seq[:-1], logits_to_keep=0)
+    torch.testing.assert_close(prop.lm.forward(seq[-1:])[-1], whole.forward(seq[-1:])[-1], rtol=1e-4, atol=1e-4)
+    prop.lm.rollback(len(seq) - 1)
+    assert prop.read_backlog() == (0, 0.0)  # nothing left
+
+
+def test_a_backlog_read_stops_when_asked_and_leaves_a_whole_view(tiny, monkeypatch):
+    dec, prop, seq = _gappy_turn(tiny, monkeypatch, PROMPTS[0])
+    first_gap = prop.gaps[0][0]
+    asked = []
+    read, _ = prop.read_backlog(stop=lambda: asked.append(1) or len(asked) > 2, chunk=3)
+    assert read == 6 and prop.gaps == [] and prop.lm.ids == seq[: first_gap + 6]  # two passes, then stopped
+    assert prop.seen == first_gap + 6 and prop.unread(seq) == min(len(seq) - 1 - prop.seen, prop.catchup_window)
+
+
+def test_the_next_turn_after_a_read_reads_only_its_message_and_says_the_same(tiny, monkeypatch):
+    turn2, outs = None, {}
+    for read in (False, True):
+        dec, prop, seq = _gappy_turn(tiny, monkeypatch, PROMPTS[0])
+        if read:
+            prop.read_backlog()
+        turn2 = seq + [3, 4, 5, 6, 7]
+        # the same plan as before the read: every step after the first plain
+        dec_turn = dec.generate(turn2, DecodeSettings(max_new_tokens=12, draft_tokens=3), prop, reuse_cache=True)
+        outs[read] = dec_turn.run()
+    std = Decoder(tiny.target, tiny.tokenizer).generate(turn2, DecodeSettings(max_new_tokens=12)).run()
+    assert outs[True].token_ids == outs[False].token_ids == std.token_ids
+    # the first proposal reads the new message (and the token before it, never fed), no more;
+    # without the read the window of 128 takes in the stretches the first turn skipped too
+    assert outs[True].stats.catchup_tokens < outs[False].stats.catchup_tokens
+
+
+def _engine(first_read_window=None):
+    from app_fixtures import tiny_factory
+
+    engine = tiny_factory(report=False)(lambda *_a: None)
+    if first_read_window is not None:
+        engine.proposer("lookup+draft").draft.first_read_window = first_read_window
+    return engine
+
+
+def test_the_engine_reads_for_its_last_speculative_proposer_and_the_next_turn_says_so():
+    engine = _engine(first_read_window=2)
+    chat = [{"role": "user", "content": "is the cat on the mat or in the hat"}]
+    ids = engine.encode_chat(chat)
+    settings = DecodeSettings(8, draft_tokens=2)
+    engine.generate(ids, DecodeSettings(8, mode="standard")).run()
+    assert engine.read_ahead() == (0, 0.0)  # after a standard answer: no draft to bring along
+    first = engine.generate(ids, settings, reuse_cache=True).run()
+    read, seconds = engine.read_ahead()
+    assert read > 0 and seconds > 0  # the prompt's start, which its first read's window skipped
+    turn2 = engine.encode_chat(chat + [{"role": "assistant", "content": first.text},
+                                       {"role": "user", "content": "the hat"}])
+    second = engine.generate(turn2, settings, reuse_cache=True).run()
+    assert (second.stats.idle_read_tokens, second.stats.idle_read_seconds) == (read, seconds)
+    again = engine.generate(turn2, settings, reuse_cache=True).run()
+    assert again.stats.idle_read_tokens == 0  # each read is told once, to the turn after it
+    fresh = _engine().generate(turn2, DecodeSettings(8, mode="standard")).run()
+    assert second.token_ids == again.token_ids == fresh.token_ids
+
+
+def test_a_queued_engine_reads_only_while_the_line_is_empty_and_stops_when_someone_joins():
+    queue = DecodeQueue(4)
+    calls = []
+
+    class Inner:
+        def read_ahead(self, stop):
+            calls.append("read")
+            while not stop():
+                time.sleep(0.005)
+            return 3, 0.5
+
+    engine = QueuedEngine(Inner(), queue)
+    held = queue.join()
+    assert queue.wait(held)  # someone decodes: no read
+    assert engine.read_ahead() == (0, 0.0) and calls == []
+    queue.release()
+    waiting = queue.join()  # someone waits: no read either
+    assert engine.read_ahead() == (0, 0.0) and calls == []
+    queue.leave(waiting)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(engine.read_ahead()))
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert queue.busy  # the read holds the turn ...
+    ticket = queue.join()  # ... until a request joins the line
+    assert queue.wait(ticket)
+    reader.join(10)
+    assert got == [(3, 0.5)]
+    queue.release()
+    assert queue.turns == 2  # the two requests: the read is not a served turn
+
+
+def test_a_server_s_engine_reads_after_a_speculative_answer_and_not_after_a_standard_one():
+    engine = _engine(first_read_window=2)
+    queue = DecodeQueue(4)
+    queued = QueuedEngine(engine, queue, read_between=True)
+    ids = engine.encode_chat([{"role": "user", "content": "is the cat on the mat or in the hat"}])
+    reads = []
+    real = engine.read_ahead
+    engine.read_ahead = lambda stop=lambda: False: reads.append(real(stop)) or reads[-1]
+    queued.generate(ids, DecodeSettings(6, mode="standard")).run()
+    queued.generate(ids, DecodeSettings(6, draft_tokens=2)).run()
+    deadline = time.monotonic() + 10
+    while not reads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(reads) == 1 and reads[0][0] > 0
