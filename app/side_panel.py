@@ -310,7 +310,8 @@ def _summary_bits(stats: Stats) -> list[str]:
     if stats.reused_prompt_tokens:
         bits.append(f"{stats.reused_prompt_tokens} prompt tokens reused from the last turn")
     if stats.idle_read_tokens:  # Engine.read_ahead: done while the user typed, not in the time above
-        bits.append(f"draft read {stats.idle_read_tokens} skipped tokens between turns "
+        n = stats.idle_read_tokens
+        bits.append(f"draft read {n} skipped token{'' if n == 1 else 's'} between turns "
                     f"({stats.idle_read_seconds:.2f} s, not in this answer's time)")
     if figures.speculative(stats) and stats.proposer:
         bits.append(f"proposer {stats.proposer}")

@@ -132,7 +132,7 @@ def test_the_side_panel_says_what_the_draft_read_between_turns(qtbot, make_windo
     send_and_wait(qtbot, win, "is the cat on the mat or in the hat")
     assert "between turns" not in win.side_panel.summary.text()
     send_and_wait(qtbot, win, "the hat")
-    assert "skipped tokens between turns" in win.side_panel.summary.text()
+    assert "skipped token" in win.side_panel.summary.text() and "between turns" in win.side_panel.summary.text()
 
 
 def test_worker_streams_batches_then_finishes(qtbot, worker, sig):
