@@ -8,7 +8,7 @@
    row then takes 64 vpdpbusd of it; one tile product (tdpbsud) takes 16 activation rows x 16
    weight rows x 64 elements, so an extra row costs its share of the decode and of the float
    steps instead of its products. A 64-row target pass 367 -> 229 ms, 16 rows 107 -> 86 ms
-   (speed notes, item 89).
+   (speed notes, item 90).
 
    The numbers are dot_portable.h's, bit for bit. A tile product sums over its 64 elements, but
    a K-quant's integer S1 = sum over its scale units j of sc_j * t_j needs every unit's t_j
@@ -29,9 +29,8 @@
    A is 16 activation rows' codes of that step, read in place (row stride K). Each super-block
    is decoded, multiplied and finished in turn: a version that ran the three stages on three
    super-blocks at once (products of b beside the decode of b+1 and the float steps of b-1,
-   buffers doubled) measured no faster (item 89). */
+   buffers doubled) measured no faster (item 90). */
 
-#include <cpuid.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -315,7 +314,7 @@ SD_INLINE void amx_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
 
 /* the smallest pass the tiles take, per type: below it the VNNI paths are as fast or faster
    (one process, interleaved, 2 threads, a 8960 x 1536 matrix: Q4_K 5 rows par, 8 rows 0.82
-   of VNNI's time; Q6_K 8 rows 1.08, 9 rows 0.84, 16 rows 0.71; speed notes, item 89) */
+   of VNNI's time; Q6_K 8 rows 1.08, 9 rows 0.84, 16 rows 0.71; speed notes, item 90) */
 #define AMX_MIN_ROWS(TYPE) ((TYPE) == SD_Q4_K ? 5 : 9)
 
 /* 1 where this process may use the tiles: the CPU has them, the OS saves them (XCR0 bits 17-18)
@@ -328,15 +327,11 @@ __attribute__((constructor)) static void sd_amx_init(void) {
 #if defined(SD_AMX_EMULATED)
   sd_amx_ok = 1;
 #else
-  unsigned a, b, c, d;
-  __cpuid_count(7, 0, a, b, c, d);
-  if (!((d >> 24) & 1) || !((d >> 25) & 1)) return; /* AMX-TILE, AMX-INT8 */
+  /* the CPU and the OS: features.c's one test (cpuid AMX-TILE and AMX-INT8, XCR0's tile bits) */
+  if (!(sd_cpu_features() & SD_CPU_AMXINT8)) return;
 #if defined(__linux__)
   if (syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) != 0) return;
 #endif
-  unsigned lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if (((lo >> 17) & 3) != 3) return;
   sd_amx_ok = 1;
 #endif
 }
