@@ -84,38 +84,44 @@ def test_every_row_is_the_same_whatever_shares_its_pass(tok, k_model):
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("heads,kv_heads", [(4, 4), (6, 2), (20, 2), (8, 2), (10, 2), (12, 2), (14, 2)])
-def test_attention_is_the_reference_on_every_build(tmp_path, tok, heads, kv_heads):
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 4, 16), (6, 2, 16), (20, 2, 16), (8, 2, 16), (10, 2, 16),
+                                                     (12, 2, 16), (14, 2, 16), (14, 2, 64), (12, 2, 128)])
+def test_attention_is_the_reference_on_every_build(tmp_path, tok, heads, kv_heads, head_dim):
     """kernels/attention.c: the x86 builds attend with the heads of a key-value head together
     (up to 8 a tile: a group of 1, of 3, of 10 split in two; groups of 4-7 with only their own
-    lanes computed, the rest all 8), the 512-bit build two keys a
-    register; every row's logits equal the portable build's, which takes a head at a time --
-    a prefill of 150 rows (odd and even lengths, past one chunk), then 1 and 9 more."""
+    lanes computed, the rest all 8), the 512-bit build two keys a register, and up to 8 rows
+    of a pass together over blocks of 64 keys (their sums parked between blocks); every row's
+    logits equal the portable build's, which takes a head at a time -- a prefill of 150 rows
+    (odd and even lengths, past one chunk), then 1 and 9 more, on 1, 2 and 3 threads (which
+    group the rows differently). Head widths 64 and 128 are the embedded pair's (the 512-bit
+    build's several blocks of values a sweep)."""
     from specdec_core.cpu import abi, build
     from test_cpu_kernel import SIMD
 
-    twin = soften(make_model(len(tok), seed=3, hidden=16 * heads, intermediate=96, heads=heads, kv_heads=kv_heads,
-                             tie_word_embeddings=False, max_positions=1024), 5.0)
+    twin = soften(make_model(len(tok), seed=3, hidden=head_dim * heads, intermediate=96, heads=heads,
+                             kv_heads=kv_heads, tie_word_embeddings=False, max_positions=1024), 5.0)
     loaded = cm.load(write_gguf(tmp_path / "a.gguf", twin, tok, SMALL_TYPES), None)
     lean = lean_mod.LeanForward(loaded.model)
-    assert lean.head_dim == 16
+    assert lean.head_dim == head_dim
     ids = np.asarray((_ids(tok, 16) * 10)[:160], np.int32)
 
-    def passes(lib):
+    def passes(lib, threads=2):
         cache = lean.new_cache()
         cache.reserve(len(ids), keep=0)
         out = []
         for start, n in ((0, 150), (150, 1), (151, 9)):
             logits = torch.empty(n, lean.vocab)
             assert lib.sd_forward(lean._struct, abi.ptr(cache.keys), abi.ptr(cache.values), cache.capacity,
-                                  abi.ptr(ids[start:]), n, start, abi.ptr(logits), n, 2) == 0
+                                  abi.ptr(ids[start:]), n, start, abi.ptr(logits), n, threads) == 0
             out.append(logits)
         return torch.cat(out)
 
     reference = passes(build.load_variant(build.BY_NAME["portable"]).lib)
     assert torch.isfinite(reference).all()
     for variant in SIMD:
-        assert torch.equal(passes(build.load_variant(variant).lib), reference), variant.name
+        lib = build.load_variant(variant).lib
+        for threads in (1, 2, 3):
+            assert torch.equal(passes(lib, threads), reference), (variant.name, threads)
 
 
 def test_rollback_is_a_shorter_length(tok, k_model):

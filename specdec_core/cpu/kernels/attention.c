@@ -90,7 +90,7 @@ static void attention_rows(const sd_model* m, const float* q, const float* kc, c
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
   for (int64_t th = 0; th < T * H; th++) {
 #ifdef _OPENMP
-    float* s = scratch + (int64_t)omp_get_thread_num() * L_max * SD_ATT_LANES;
+    float* s = scratch + (int64_t)omp_get_thread_num() * SD_ATT_SCRATCH(L_max);
 #else
     float* s = scratch;
 #endif
@@ -139,36 +139,22 @@ SD_INLINE __m512 tree8_x8_pairs(const __m512 a[8]) {
 }
 #endif
 
-/* nq <= 8 heads of row t that share the key-value head kvh, from head h0; s: [L][8] scratch.
-   NQ (a constant once inlined, nq <= NQ <= 8): the lanes that are computed. Lanes past NQ take
-   no products -- their scores are zeros, their values never summed -- so a group of 6 heads
-   (Qwen2.5-1.5B's 12 over 2) does 6/8 of the arithmetic an 8-lane tile would; a lane's own
-   operations do not depend on the others', so the stored heads' numbers are the same. */
-SD_INLINE void attend_tile_n(const int NQ, const sd_model* m, const float* q, const float* kc, const float* vc,
-                             int64_t t, int h0, int nq, int64_t start, float* s, float* att) {
-  const int hd = m->head_dim, H = m->n_heads, kvh = h0 / (H / m->n_kv_heads), nb = hd / 8;
-  const int64_t hkv = (int64_t)m->n_kv_heads * hd, L = start + t + 1;
-  const float* qv[8];
-  for (int i = 0; i < 8; i++) qv[i] = q + (t * H + h0 + (i < nq ? i : 0)) * hd; /* spare lanes repeat head h0 */
-  const __m256 scale = _mm256_set1_ps(m->attn_scale);
-  __m256 mx = _mm256_set1_ps(-INFINITY);
-  int64_t j = 0;
+/* The scores of keys [j, j1) for one row: s[8 * j'] the tile's lanes for key j', the running
+   maxima updated in order of j (mx2: two keys a register, the 512-bit loops; mx: the rest). Every
+   score is the same whichever loop takes its key (each lane: its products summed over the
+   blocks in order, then the tree); a caller splits a row's keys so that only its last range has
+   fewer than four, which keeps the loops -- and so the maxima's order -- those of one sweep. */
+SD_INLINE void scores_range(const int NQ, const int64_t hkv, const int nb, const float* kbase, const float* qq,
+                            int paired, const float* const* qv, float scale_f, int64_t j, int64_t j1, float* s,
+                            void* mx2_, __m256* mx) {
 #if defined(__AVX512F__)
-  SD_ALIGN(64) float qq[8 * 2 * SD_ATT_MAX_HD]; /* each head's 8-element blocks, twice (both halves) */
-  const int paired = hd <= SD_ATT_MAX_HD;
-  if (paired)
-    for (int i = 0; i < NQ; i++)
-      for (int b = 0; b < nb; b++) {
-        memcpy(qq + (i * nb + b) * 16, qv[i] + 8 * b, 32);
-        memcpy(qq + (i * nb + b) * 16 + 8, qv[i] + 8 * b, 32);
-      }
-  const __m512 scale2 = _mm512_set1_ps(m->attn_scale);
-  __m512 mx2 = _mm512_set1_ps(-INFINITY);
+  __m512* mx2 = (__m512*)mx2_;
+  const __m512 scale2 = _mm512_set1_ps(scale_f);
   /* four keys an iteration: each head's block of q is loaded once for two pairs of keys (the
      loads, not the products, were what the pair loop waited on); a lane's sums are the pair
      loop's, in its order */
-  for (; paired && j + 4 <= L; j += 4) {
-    const float* k0 = kc + j * hkv + (int64_t)kvh * hd;
+  for (; paired && j + 4 <= j1; j += 4) {
+    const float* k0 = kbase + j * hkv;
     __m512 acc0[8], acc1[8];
     for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -183,10 +169,10 @@ SD_INLINE void attend_tile_n(const int NQ, const sd_model* m, const float* q, co
     const __m512 sj0 = _mm512_mul_ps(tree8_x8_pairs(acc0), scale2), sj1 = _mm512_mul_ps(tree8_x8_pairs(acc1), scale2);
     _mm512_storeu_ps(s + 8 * j, sj0);
     _mm512_storeu_ps(s + 8 * (j + 2), sj1);
-    mx2 = _mm512_max_ps(sj1, _mm512_max_ps(sj0, mx2));
+    *mx2 = _mm512_max_ps(sj1, _mm512_max_ps(sj0, *mx2));
   }
-  for (; paired && j + 2 <= L; j += 2) {
-    const float* k0 = kc + j * hkv + (int64_t)kvh * hd;
+  for (; paired && j + 2 <= j1; j += 2) {
+    const float* k0 = kbase + j * hkv;
     __m512 acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -195,13 +181,14 @@ SD_INLINE void attend_tile_n(const int NQ, const sd_model* m, const float* q, co
     }
     const __m512 sj = _mm512_mul_ps(tree8_x8_pairs(acc), scale2);
     _mm512_storeu_ps(s + 8 * j, sj);
-    mx2 = _mm512_max_ps(sj, mx2);
+    *mx2 = _mm512_max_ps(sj, *mx2);
   }
-  /* the two halves' maxima: j's keys in the low half, j+1's in the high half, in turn */
-  if (j > 0) mx = _mm256_max_ps(_mm512_castps512_ps256(mx2), _mm256_max_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mx2), 1)), mx));
+#else
+  (void)qq, (void)paired, (void)mx2_;
 #endif
-  for (; j < L; j++) {
-    const float* kj = kc + j * hkv + (int64_t)kvh * hd;
+  const __m256 scale = _mm256_set1_ps(scale_f);
+  for (; j < j1; j++) {
+    const float* kj = kbase + j * hkv;
     __m256 acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -212,99 +199,203 @@ SD_INLINE void attend_tile_n(const int NQ, const sd_model* m, const float* q, co
     _mm256_storeu_ps(s + 8 * j, sj);
     /* max_ps(sj, mx) keeps mx where both are zeros or sj is NaN: the reference's first of equal
        maxima, NaNs passed over (and a zero's sign would not change s - max and its e^ anyway) */
-    mx = _mm256_max_ps(sj, mx);
+    *mx = _mm256_max_ps(sj, *mx);
   }
-  for (j = 0; j < L; j++) _mm256_storeu_ps(s + 8 * j, _mm256_sub_ps(_mm256_loadu_ps(s + 8 * j), mx));
-  sd_exp_inplace(s, 8 * L);
-  /* tree8 over j, each lane its head's */
-  __m256 l[8];
-  for (int i = 0; i < 8; i++) l[i] = _mm256_setzero_ps();
-  const int64_t n8 = L & ~(int64_t)7;
-  for (j = 0; j < n8; j += 8)
-    for (int i = 0; i < 8; i++) l[i] = _mm256_add_ps(l[i], _mm256_loadu_ps(s + 8 * (j + i)));
-  __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
-                             _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
-  for (j = n8; j < L; j++) sum = _mm256_add_ps(sum, _mm256_loadu_ps(s + 8 * j));
-  SD_ALIGN(32) float sums[8];
-  _mm256_store_ps(sums, sum);
-  /* the values, 8 elements of every head at a time, over j in order */
+}
+
+/* The rows t0 .. t0+nr-1 (nr <= SD_ATT_ROWS) of the nq <= 8 heads that share the key-value head
+   kvh, from head h0; s: a thread's SD_ATT_SCRATCH(L_max) floats, row r's scores [L][8] at
+   r * SD_ATT_STRIDE(L_max), then the rows' q blocks and their parked sums.
+   NQ (a constant once inlined, nq <= NQ <= 8): the lanes that are computed. Lanes past NQ take
+   no products -- their scores are zeros, their values never summed -- so a group of 6 heads
+   (Qwen2.5-1.5B's 12 over 2) does 6/8 of the arithmetic an 8-lane tile would; a lane's own
+   operations do not depend on the others', so the stored heads' numbers are the same.
+
+   Why rows together: one row's keys and values of a 2,000-token context (2 MB a key-value head)
+   do not stay in a core's L2 from one row to the next, so a prefill read them from L3 once a
+   row (the loads were where the time went: 24% of a 2,048-token prefill, item 95). Here a block
+   of KB keys (and then of values) is read once from L3 and used by all the rows while it is in
+   L1. Nothing a lane computes moves: each row's scores are still taken in order of j, its sums
+   over j still run in order, parked in memory between blocks (a float stored and loaded is the
+   same float). */
+#define KB 64
+SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, const float* kc, const float* vc,
+                              int64_t t0, int nr, int h0, int nq, int64_t start, float* s, int64_t L_max,
+                              float* att) {
+  const int hd = m->head_dim, H = m->n_heads, kvh = h0 / (H / m->n_kv_heads), nb = hd / 8;
+  const int64_t hkv = (int64_t)m->n_kv_heads * hd, Lend = start + t0 + nr; /* the last row's L */
+  const float* kbase = kc + (int64_t)kvh * hd;
+  const int64_t sstride = SD_ATT_STRIDE(L_max); /* floats from one row's scores to the next */
+  const float* qv[SD_ATT_ROWS][8];
+  for (int r = 0; r < nr; r++)
+    for (int i = 0; i < 8; i++) qv[r][i] = q + ((t0 + r) * H + h0 + (i < nq ? i : 0)) * hd; /* spare lanes repeat head h0 */
+  __m256 mx[SD_ATT_ROWS];
+  for (int r = 0; r < nr; r++) mx[r] = _mm256_set1_ps(-INFINITY);
+#if defined(__AVX512F__)
+  float* qq[SD_ATT_ROWS]; /* each row's heads' 8-element blocks, twice (both halves) */
+  for (int r = 0; r < nr; r++) qq[r] = s + SD_ATT_ROWS * sstride + (int64_t)r * 16 * SD_ATT_MAX_HD;
+  const int paired = hd <= SD_ATT_MAX_HD;
+  __m512 mx2[SD_ATT_ROWS];
+  for (int r = 0; r < nr; r++) {
+    mx2[r] = _mm512_set1_ps(-INFINITY);
+    if (paired)
+      for (int i = 0; i < NQ; i++)
+        for (int b = 0; b < nb; b++) {
+          memcpy(qq[r] + (i * nb + b) * 16, qv[r][i] + 8 * b, 32);
+          memcpy(qq[r] + (i * nb + b) * 16 + 8, qv[r][i] + 8 * b, 32);
+        }
+  }
+#else
+  const float* qq[SD_ATT_ROWS] = {0};
+  const int paired = 0;
+  char mx2[SD_ATT_ROWS];
+#endif
+  /* the scores, a block of keys for every row in turn */
+  for (int64_t jb = 0; jb < Lend; jb += KB)
+    for (int r = 0; r < nr; r++) {
+      const int64_t L = start + t0 + r + 1;
+      if (jb < L) scores_range(NQ, hkv, nb, kbase, (const float*)qq[r], paired, qv[r], m->attn_scale, jb,
+                               jb + KB < L ? jb + KB : L, s + r * sstride, &mx2[r], &mx[r]);
+    }
+  SD_ALIGN(32) float sums[SD_ATT_ROWS][8];
+  for (int r = 0; r < nr; r++) {
+    const int64_t L = start + t0 + r + 1;
+    float* sr = s + r * sstride;
+#if defined(__AVX512F__)
+    /* the two halves' maxima: j's keys in the low half, j+1's in the high half, in turn */
+    if (paired && L >= 2)
+      mx[r] = _mm256_max_ps(_mm512_castps512_ps256(mx2[r]),
+                            _mm256_max_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(mx2[r]), 1)), mx[r]));
+#endif
+    for (int64_t j = 0; j < L; j++) _mm256_storeu_ps(sr + 8 * j, _mm256_sub_ps(_mm256_loadu_ps(sr + 8 * j), mx[r]));
+    sd_exp_inplace(sr, 8 * L);
+    /* tree8 over j, each lane its head's */
+    __m256 l[8];
+    for (int i = 0; i < 8; i++) l[i] = _mm256_setzero_ps();
+    const int64_t n8 = L & ~(int64_t)7;
+    int64_t j = 0;
+    for (; j < n8; j += 8)
+      for (int i = 0; i < 8; i++) l[i] = _mm256_add_ps(l[i], _mm256_loadu_ps(sr + 8 * (j + i)));
+    __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
+                               _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
+    for (; j < L; j++) sum = _mm256_add_ps(sum, _mm256_loadu_ps(sr + 8 * j));
+    _mm256_store_ps(sums[r], sum);
+  }
+  /* the values: per few blocks of 8 elements of every head, a block of keys for every row in
+     turn, each row's sums parked in `part` between key blocks */
   const float* vbase = vc + (int64_t)kvh * hd;
+  float(*part)[8][4][16] = (float(*)[8][4][16])(s + SD_ATT_ROWS * (sstride + 16 * SD_ATT_MAX_HD)); /* [row][head][block][element] */
   int b = 0;
 #if defined(__AVX512F__)
   /* BP pairs of blocks at once: a key's probabilities are broadcast once for BP*16 elements of
      every head instead of 16 (NQ*BP accumulators, BP values and a broadcast: <= 32 registers);
      each element's sum over j is the one below, in its order */
   const int BP = NQ <= 6 ? 4 : 3;
-  for (; b + 2 * BP <= nb; b += 2 * BP) {
-    __m512 o[8][4];
-    for (int i = 0; i < NQ; i++)
-      for (int c = 0; c < BP; c++) o[i][c] = _mm512_setzero_ps();
-    for (int64_t jj = 0; jj < L; jj++) {
-      __m512 vb[4];
-      for (int c = 0; c < BP; c++) vb[c] = _mm512_loadu_ps(vbase + jj * hkv + 8 * (b + 2 * c));
-      const float* pj = s + 8 * jj;
-      for (int i = 0; i < NQ; i++) {
-        const __m512 pi = _mm512_set1_ps(pj[i]);
-        for (int c = 0; c < BP; c++) o[i][c] = _mm512_add_ps(o[i][c], _mm512_mul_ps(pi, vb[c]));
+  for (; b + 2 * BP <= nb; b += 2 * BP)
+    for (int64_t jb = 0; jb < Lend; jb += KB)
+      for (int r = 0; r < nr; r++) {
+        const int64_t L = start + t0 + r + 1, j1 = jb + KB < L ? jb + KB : L;
+        if (jb >= L) continue;
+        __m512 o[8][4];
+        for (int i = 0; i < NQ; i++)
+          for (int c = 0; c < BP; c++) o[i][c] = jb == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part[r][i][c]);
+        const float* sr = s + r * sstride;
+        for (int64_t jj = jb; jj < j1; jj++) {
+          __m512 vb[4];
+          for (int c = 0; c < BP; c++) vb[c] = _mm512_loadu_ps(vbase + jj * hkv + 8 * (b + 2 * c));
+          const float* pj = sr + 8 * jj;
+          for (int i = 0; i < NQ; i++) {
+            const __m512 pi = _mm512_set1_ps(pj[i]);
+            for (int c = 0; c < BP; c++) o[i][c] = _mm512_add_ps(o[i][c], _mm512_mul_ps(pi, vb[c]));
+          }
+        }
+        if (j1 < L) {
+          for (int i = 0; i < NQ; i++)
+            for (int c = 0; c < BP; c++) _mm512_store_ps(part[r][i][c], o[i][c]);
+        } else {
+          for (int i = 0; i < nq; i++)
+            for (int c = 0; c < BP; c++)
+              _mm512_storeu_ps(att + ((t0 + r) * H + h0 + i) * hd + 8 * (b + 2 * c),
+                               _mm512_div_ps(o[i][c], _mm512_set1_ps(sums[r][i])));
+        }
       }
-    }
-    for (int i = 0; i < nq; i++)
-      for (int c = 0; c < BP; c++)
-        _mm512_storeu_ps(att + (t * H + h0 + i) * hd + 8 * (b + 2 * c), _mm512_div_ps(o[i][c], _mm512_set1_ps(sums[i])));
-  }
-  for (; b + 2 <= nb; b += 2) {
-    __m512 o[8];
-    for (int i = 0; i < 8; i++) o[i] = _mm512_setzero_ps();
-    for (int64_t jj = 0; jj < L; jj++) {
-      const __m512 vb = _mm512_loadu_ps(vbase + jj * hkv + 8 * b);
-      const float* pj = s + 8 * jj;
-      for (int i = 0; i < NQ; i++) o[i] = _mm512_add_ps(o[i], _mm512_mul_ps(_mm512_set1_ps(pj[i]), vb));
-    }
-    for (int i = 0; i < nq; i++)
-      _mm512_storeu_ps(att + (t * H + h0 + i) * hd + 8 * b, _mm512_div_ps(o[i], _mm512_set1_ps(sums[i])));
-  }
+  for (; b + 2 <= nb; b += 2)
+    for (int64_t jb = 0; jb < Lend; jb += KB)
+      for (int r = 0; r < nr; r++) {
+        const int64_t L = start + t0 + r + 1, j1 = jb + KB < L ? jb + KB : L;
+        if (jb >= L) continue;
+        __m512 o[8];
+        for (int i = 0; i < 8; i++) o[i] = jb == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part[r][i][0]);
+        const float* sr = s + r * sstride;
+        for (int64_t jj = jb; jj < j1; jj++) {
+          const __m512 vb = _mm512_loadu_ps(vbase + jj * hkv + 8 * b);
+          const float* pj = sr + 8 * jj;
+          for (int i = 0; i < NQ; i++) o[i] = _mm512_add_ps(o[i], _mm512_mul_ps(_mm512_set1_ps(pj[i]), vb));
+        }
+        if (j1 < L) {
+          for (int i = 0; i < 8; i++) _mm512_store_ps(part[r][i][0], o[i]);
+        } else {
+          for (int i = 0; i < nq; i++)
+            _mm512_storeu_ps(att + ((t0 + r) * H + h0 + i) * hd + 8 * b, _mm512_div_ps(o[i], _mm512_set1_ps(sums[r][i])));
+        }
+      }
 #endif
-  for (; b < nb; b++) {
-    __m256 o[8];
-    for (int i = 0; i < 8; i++) o[i] = _mm256_setzero_ps();
-    for (int64_t jj = 0; jj < L; jj++) {
-      const __m256 vb = _mm256_loadu_ps(vbase + jj * hkv + 8 * b);
-      const float* pj = s + 8 * jj;
-      for (int i = 0; i < NQ; i++) o[i] = _mm256_add_ps(o[i], _mm256_mul_ps(_mm256_broadcast_ss(pj + i), vb));
-    }
-    for (int i = 0; i < nq; i++)
-      _mm256_storeu_ps(att + (t * H + h0 + i) * hd + 8 * b, _mm256_div_ps(o[i], _mm256_set1_ps(sums[i])));
-  }
+  for (; b < nb; b++)
+    for (int64_t jb = 0; jb < Lend; jb += KB)
+      for (int r = 0; r < nr; r++) {
+        const int64_t L = start + t0 + r + 1, j1 = jb + KB < L ? jb + KB : L;
+        if (jb >= L) continue;
+        __m256 o[8];
+        for (int i = 0; i < 8; i++) o[i] = jb == 0 ? _mm256_setzero_ps() : _mm256_load_ps(&part[r][i][0][0]);
+        const float* sr = s + r * sstride;
+        for (int64_t jj = jb; jj < j1; jj++) {
+          const __m256 vb = _mm256_loadu_ps(vbase + jj * hkv + 8 * b);
+          const float* pj = sr + 8 * jj;
+          for (int i = 0; i < NQ; i++) o[i] = _mm256_add_ps(o[i], _mm256_mul_ps(_mm256_broadcast_ss(pj + i), vb));
+        }
+        if (j1 < L) {
+          for (int i = 0; i < 8; i++) _mm256_store_ps(&part[r][i][0][0], o[i]);
+        } else {
+          for (int i = 0; i < nq; i++)
+            _mm256_storeu_ps(att + ((t0 + r) * H + h0 + i) * hd + 8 * b, _mm256_div_ps(o[i], _mm256_set1_ps(sums[r][i])));
+        }
+      }
 }
+#undef KB
 
 /* the groups of the models in use (GQA of 4-8 heads a key-value head) get their own lane
    count; others compute all 8 lanes and store nq */
-static void attend_tile(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t t, int h0,
-                        int nq, int64_t start, float* s, float* att) {
+static void attend_group(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t t0, int nr,
+                         int h0, int nq, int64_t start, float* s, int64_t L_max, float* att) {
   switch (nq) {
-    case 7: attend_tile_n(7, m, q, kc, vc, t, h0, nq, start, s, att); break;
-    case 6: attend_tile_n(6, m, q, kc, vc, t, h0, nq, start, s, att); break;
-    case 5: attend_tile_n(5, m, q, kc, vc, t, h0, nq, start, s, att); break;
-    case 4: attend_tile_n(4, m, q, kc, vc, t, h0, nq, start, s, att); break;
-    default: attend_tile_n(8, m, q, kc, vc, t, h0, nq, start, s, att); break;
+    case 7: attend_group_n(7, m, q, kc, vc, t0, nr, h0, nq, start, s, L_max, att); break;
+    case 6: attend_group_n(6, m, q, kc, vc, t0, nr, h0, nq, start, s, L_max, att); break;
+    case 5: attend_group_n(5, m, q, kc, vc, t0, nr, h0, nq, start, s, L_max, att); break;
+    case 4: attend_group_n(4, m, q, kc, vc, t0, nr, h0, nq, start, s, L_max, att); break;
+    default: attend_group_n(8, m, q, kc, vc, t0, nr, h0, nq, start, s, L_max, att); break;
   }
 }
 
 static void attention_tiles(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t T,
                             int64_t start, float* att, float* scratch, int64_t L_max, int nt) {
   const int group = m->n_heads / m->n_kv_heads, per = (group + 7) / 8; /* tiles of <= 8 heads a group */
-  const int64_t items = T * m->n_kv_heads * per;
+  /* rows a group: as many as keep two items a thread (a 9-row verification on 16 threads still
+     spreads), at most SD_ATT_ROWS; how the rows are grouped moves no number */
+  int64_t R = T * m->n_kv_heads * per / (2 * (int64_t)nt);
+  R = R < 1 ? 1 : R > SD_ATT_ROWS ? SD_ATT_ROWS : R;
+  const int64_t row_groups = (T + R - 1) / R, items = row_groups * m->n_kv_heads * per;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
   for (int64_t it = 0; it < items; it++) {
 #ifdef _OPENMP
-    float* s = scratch + (int64_t)omp_get_thread_num() * L_max * SD_ATT_LANES;
+    float* s = scratch + (int64_t)omp_get_thread_num() * SD_ATT_SCRATCH(L_max);
 #else
     float* s = scratch;
 #endif
-    const int64_t t = it / (m->n_kv_heads * per);
+    const int64_t t0 = it / (m->n_kv_heads * per) * R;
+    const int nr = (int)(T - t0 < R ? T - t0 : R);
     const int r = (int)(it % (m->n_kv_heads * per)), kvh = r / per, part = r % per;
     const int h0 = kvh * group + 8 * part, nq = group - 8 * part < 8 ? group - 8 * part : 8;
-    attend_tile(m, q, kc, vc, t, h0, nq, start, s, att);
+    attend_group(m, q, kc, vc, t0, nr, h0, nq, start, s, L_max, att);
   }
 }
 #endif

@@ -258,7 +258,7 @@ SD_EXPORT int sd_forward(const sd_model* m, float* kc, float* vc, int64_t capaci
   w.g = (float*)xmalloc(sizeof(float) * C * F, &fail);
   w.u = (float*)xmalloc(sizeof(float) * C * F, &fail);
   w.tmp = (float*)xmalloc(sizeof(float) * C * wide, &fail);
-  w.scores = (float*)xmalloc(sizeof(float) * (size_t)nthreads * (start + T) * SD_ATT_LANES, &fail);
+  w.scores = (float*)xmalloc(sizeof(float) * (size_t)nthreads * SD_ATT_SCRATCH(start + T), &fail);
   w.cs = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
   w.sn = (float*)xmalloc(sizeof(float) * C * (hd / 2), &fail);
   int rc = fail ? SD_ENOMEM : SD_OK;

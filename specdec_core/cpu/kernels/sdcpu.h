@@ -259,9 +259,12 @@ int sd_mm_rows(const sd_mat* w, const int32_t* rowmap, const sd_act* a, const fl
 int64_t sd_chunk_rows(const sd_mat* w, int nthreads);
 /* attention.c: att [T][heads][head_dim] for queries q (the same shape) at positions start.., over
    the positional caches kc/vc [capacity][kv_heads * head_dim] of one layer; scratch holds
-   nthreads * L_max * SD_ATT_LANES floats (L_max = start + T) */
+   nthreads * SD_ATT_SCRATCH(L_max) floats (L_max = start + T), 64-byte aligned */
 #define SD_ATT_LANES 8
-#define SD_ATT_MAX_HD 256 /* the 512-bit tile keeps a head this long in a stack buffer; longer ones take 256 bits */
+#define SD_ATT_ROWS 8 /* rows of a pass attended together (the keys and values read once for them) */
+#define SD_ATT_MAX_HD 256 /* the 512-bit tile keeps a head this long in its scratch; longer ones take 256 bits */
+#define SD_ATT_STRIDE(L_max) ((((int64_t)(L_max)) * SD_ATT_LANES + 15) & ~(int64_t)15)
+#define SD_ATT_SCRATCH(L_max) (SD_ATT_ROWS * (SD_ATT_STRIDE(L_max) + 16 * SD_ATT_MAX_HD + 8 * 4 * 16))
 void sd_attention(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t T, int64_t start,
                   float* att, float* scratch, int64_t L_max, int nt); /* output rows of w a thread takes at a time */
 float sd_tree8_dot(const float* a, const float* b, int64_t n);
