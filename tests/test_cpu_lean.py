@@ -90,11 +90,12 @@ def test_attention_is_the_reference_on_every_build(tmp_path, tok, heads, kv_head
     """kernels/attention.c: the x86 builds attend with the heads of a key-value head together
     (up to 8 a tile: a group of 1, of 3, of 10 split in two; groups of 4-7 with only their own
     lanes computed, the rest all 8), the 512-bit build two keys a register, and up to 8 rows
-    of a pass together over blocks of 64 keys (their sums parked between blocks); every row's
-    logits equal the portable build's, which takes a head at a time -- a prefill of 150 rows
-    (odd and even lengths, past one chunk), then 1 and 9 more, on 1, 2 and 3 threads (which
-    group the rows differently). Head widths 64 and 128 are the embedded pair's (the 512-bit
-    build's several blocks of values a sweep)."""
+    of a pass together over blocks of 64 keys (their sums parked between blocks) once a key-value
+    head's cache outgrows 512 KB; every row's logits equal the portable build's, which takes a
+    head at a time -- a prefill of 150 rows (odd and even lengths, past one chunk), then 1 and 9
+    more, on 1, 2 and 3 threads (which group the rows differently). Head widths 64 and 128 are
+    the embedded pair's (the 512-bit build's several blocks of values a sweep); at 128 the
+    prefill is 630 rows, so that its last chunks and the 9 rows attend in groups."""
     from specdec_core.cpu import abi, build
     from test_cpu_kernel import SIMD
 
@@ -103,16 +104,17 @@ def test_attention_is_the_reference_on_every_build(tmp_path, tok, heads, kv_head
     loaded = cm.load(write_gguf(tmp_path / "a.gguf", twin, tok, SMALL_TYPES), None)
     lean = lean_mod.LeanForward(loaded.model)
     assert lean.head_dim == head_dim
-    ids = np.asarray((_ids(tok, 16) * 10)[:160], np.int32)
+    n = 640 if head_dim == 128 else 160
+    ids = np.asarray((_ids(tok, 16) * 40)[:n], np.int32)
 
     def passes(lib, threads=2):
         cache = lean.new_cache()
         cache.reserve(len(ids), keep=0)
         out = []
-        for start, n in ((0, 150), (150, 1), (151, 9)):
-            logits = torch.empty(n, lean.vocab)
+        for start, rows in ((0, n - 10), (n - 10, 1), (n - 9, 9)):
+            logits = torch.empty(rows, lean.vocab)
             assert lib.sd_forward(lean._struct, abi.ptr(cache.keys), abi.ptr(cache.values), cache.capacity,
-                                  abi.ptr(ids[start:]), n, start, abi.ptr(logits), n, threads) == 0
+                                  abi.ptr(ids[start:]), rows, start, abi.ptr(logits), rows, threads) == 0
             out.append(logits)
         return torch.cat(out)
 

@@ -379,10 +379,12 @@ static void attend_group(const sd_model* m, const float* q, const float* kc, con
 static void attention_tiles(const sd_model* m, const float* q, const float* kc, const float* vc, int64_t T,
                             int64_t start, float* att, float* scratch, int64_t L_max, int nt) {
   const int group = m->n_heads / m->n_kv_heads, per = (group + 7) / 8; /* tiles of <= 8 heads a group */
-  /* rows a group: as many as keep two items a thread (a 9-row verification on 16 threads still
-     spreads), at most SD_ATT_ROWS; how the rows are grouped moves no number */
+  /* rows a group: one while a key-value head's keys and values fit a quarter of an L2 of 2 MB
+     (they stay there from row to row: grouping gained nothing there, measured); past that as
+     many as keep two items a thread (a 9-row verification on 16 threads still spreads), at most
+     SD_ATT_ROWS. How the rows are grouped moves no number. */
   int64_t R = T * m->n_kv_heads * per / (2 * (int64_t)nt);
-  R = R < 1 ? 1 : R > SD_ATT_ROWS ? SD_ATT_ROWS : R;
+  R = L_max * m->head_dim * 2 * (int64_t)sizeof(float) <= (512 << 10) ? 1 : R < 1 ? 1 : R > SD_ATT_ROWS ? SD_ATT_ROWS : R;
   const int64_t row_groups = (T + R - 1) / R, items = row_groups * m->n_kv_heads * per;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
   for (int64_t it = 0; it < items; it++) {
