@@ -14,8 +14,8 @@
    order, the same tree, the same max, exponent, sums and divisions. That is what keeps the
    builds equal bit for bit (the kernel tests compare them) while a 4,096-token prefill's
    attention went from 53 s to 9 s on a 2-core Zen 5 VM (speed notes, item 63). Once a
-   key-value head's cache outgrows L2, up to 8 rows of a pass go together over blocks of 64
-   keys, so a block read from L3 serves them all (item 95). Rows share loads, never arithmetic,
+   key-value head's cache passes 512 KB (a quarter of a 2 MB L2), up to 8 rows of a pass go
+   together over blocks of 64 keys, so a block read from L3 serves them all (item 95). Rows share loads, never arithmetic,
    so a row's result does not depend on how many rows share the pass or how they are grouped. */
 #include "sdcpu.h"
 
