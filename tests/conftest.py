@@ -207,6 +207,14 @@ def server(engine):
 
 
 @pytest.fixture
+def served(server):
+    """The server's own engine, taking its turn in the server's line: a reference decoded on the
+    module's `engine` directly would race the read the server starts between requests
+    (QueuedEngine.read_between), which moves the draft's cache under it."""
+    return server.service.engine
+
+
+@pytest.fixture
 def client(server):
     import openai
 

@@ -210,7 +210,7 @@ def test_a_last_assistant_message_is_continued_not_closed(server, client, engine
         remote.encode_chat(msgs[:1], continue_final=True)
 
 
-def test_a_server_target_reads_an_older_servers_figures_under_their_new_names(server, engine, monkeypatch):
+def test_a_server_target_reads_an_older_servers_figures_under_their_new_names(server, served, engine, monkeypatch):
     """The client (remote/specdec.py) against today's server and against one that sends the
     figures under their older names (draft_tokens, accepted_draft_tokens, mean_accepted_per_step,
     as the previous release did): the same Stats, the engine's own."""
@@ -220,7 +220,7 @@ def test_a_server_target_reads_an_older_servers_figures_under_their_new_names(se
 
     msgs = [{"role": "user", "content": "the cat sat"}]
     settings = DecodeSettings(20, draft_tokens=3)
-    want = engine.generate(engine.encode_chat(msgs), settings).run().stats
+    want = served.generate(engine.encode_chat(msgs), settings).run().stats
     remote = connect(server.url)
     today = remote.generate(remote.encode_chat(msgs), settings).run().stats
     older_wire = lambda st: {OLD_NAMES.get(k, k): v for k, v in st.to_dict().items()}  # noqa: E731

@@ -39,7 +39,8 @@ def ids_of(r) -> list[int]:
 
 
 def standard(engine, prompt, n, **sampling) -> list[int]:
-    """What the engine alone decodes, standard mode, a fresh cache: the reference."""
+    """What the engine alone decodes, standard mode, a fresh cache: the reference (`served`: in its
+    turn, as the server's requests are)."""
     s = DecodeSettings(n, SamplingParams(**sampling), mode="standard")
     return engine.generate(list(prompt), s).run().token_ids
 
@@ -56,30 +57,30 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("fields, extra", SHAPES)
-def test_greedy_speculative_answers_equal_the_engines_standard_ones(client, engine, fields, extra):
+def test_greedy_speculative_answers_equal_the_engines_standard_ones(client, served, engine, fields, extra):
     r = client.chat.completions.create(model="target", messages=USER, max_tokens=24, temperature=0,
                                        extra_body={**extra, "specdec": {"draft_tokens": 3}}, **fields)
     given = {**fields, **extra}
     bias = tuple(sorted((int(t), float(b)) for t, b in given.pop("logit_bias", {}).items()))
-    want = standard(engine, engine.encode_chat(USER), 24, logit_bias=bias, **given)
+    want = standard(served, engine.encode_chat(USER), 24, logit_bias=bias, **given)
     assert ids_of(r) == want
-    assert want != standard(engine, engine.encode_chat(USER), 24)  # the field changed the answer
+    assert want != standard(served, engine.encode_chat(USER), 24)  # the field changed the answer
     settings = r.model_extra["specdec"]["settings"]
     assert settings["logit_bias"] == {str(t): b for t, b in bias}
     assert r.model_extra["specdec"]["stats"]["proposed_tokens"] > 0  # proposals were verified under it
 
 
-def test_a_seeded_sample_with_penalties_is_the_engines(client, engine):
+def test_a_seeded_sample_with_penalties_is_the_engines(client, served, engine):
     sampling = dict(temperature=0.9, presence_penalty=1.0, frequency_penalty=0.5)
     r = client.chat.completions.create(model="target", messages=USER, max_tokens=20, seed=5, **sampling,
                                        extra_body={"min_p": 0.05, "specdec": {"draft_tokens": 2}})
     s = DecodeSettings(20, SamplingParams(min_p=0.05, **sampling), draft_tokens=2, seed=5).for_sample(0)
-    assert ids_of(r) == engine.generate(engine.encode_chat(USER), s).run().token_ids
+    assert ids_of(r) == served.generate(engine.encode_chat(USER), s).run().token_ids
 
 
 # -- a specdec serve as the target: the client forwards them ---------------------------------------
 @pytest.mark.parametrize("fields, extra", SHAPES)
-def test_a_specdec_serve_target_decodes_with_the_same_shaping(server, engine, fields, extra):
+def test_a_specdec_serve_target_decodes_with_the_same_shaping(server, served, engine, fields, extra):
     """The app and the CLI on `--target http://...` (remote/specdec.py): the settings' penalties,
     min_p and logit_bias reach the serving engine, whose greedy answer is the local one's."""
     from specdec_core.remote import connect
@@ -89,7 +90,7 @@ def test_a_specdec_serve_target_decodes_with_the_same_shaping(server, engine, fi
     remote = connect(server.url)
     settings = DecodeSettings(24, SamplingParams(logit_bias=bias, **given), draft_tokens=3)
     gen = remote.generate(remote.encode_chat(USER), settings).run()
-    assert gen.token_ids == standard(engine, engine.encode_chat(USER), 24, logit_bias=bias, **given)
+    assert gen.token_ids == standard(served, engine.encode_chat(USER), 24, logit_bias=bias, **given)
     echoed = gen.stats.server["settings"]
     assert echoed["logit_bias"] == {str(t): b for t, b in bias} and all(echoed[k] == v for k, v in given.items())
 
@@ -116,13 +117,13 @@ def test_a_server_target_says_what_it_cannot_know_here(server):
         remote.encode_tool_chat(USER, [{"type": "function", "function": {"name": "f"}}])
 
 
-def test_a_specdec_serve_target_hands_back_the_targets_logprobs(server, engine):
+def test_a_specdec_serve_target_hands_back_the_targets_logprobs(server, served, engine):
     from specdec_core.remote import connect
 
     remote = connect(server.url)
     settings = DecodeSettings(10, logprobs=2, draft_tokens=2)
     got = remote.generate(remote.encode_chat(USER), settings).run()
-    local = engine.generate(engine.encode_chat(USER), settings.replace(mode="standard")).run()
+    local = served.generate(engine.encode_chat(USER), settings.replace(mode="standard")).run()
     assert got.token_ids == local.token_ids
     for a, b in zip(got.events, local.events):
         assert a.logprobs.chosen.logprob == pytest.approx(b.logprobs.chosen.logprob, abs=1e-4)
@@ -206,24 +207,24 @@ def fim_ids(engine, *pieces) -> list[int]:
     return out
 
 
-def test_a_completions_suffix_fills_the_middle(client, engine):
+def test_a_completions_suffix_fills_the_middle(client, served, engine):
     r = client.completions.create(model="target", prompt="the cat", suffix=" on the mat", max_tokens=10,
                                   temperature=0)
     prompt = fim_ids(engine, "<|fim_prefix|>", "the cat", "<|fim_suffix|>", " on the mat", "<|fim_middle|>")
     assert r.usage.prompt_tokens == len(prompt)
-    assert ids_of(r) == standard(engine, prompt, 10)
+    assert ids_of(r) == standard(served, prompt, 10)
     # a FIM token written in the code is text, not a marker
     inside = client.completions.create(model="target", prompt="a <|fim_suffix|>", suffix="b", max_tokens=1)
     assert inside.usage.prompt_tokens == len(engine.encode_infill(Infill("a <|fim_suffix|>", "b"))) > 6
 
 
-def test_infill_as_llama_server_answers_it(server, engine):
+def test_infill_as_llama_server_answers_it(server, served, engine):
     body = {"input_prefix": "the cat", "input_suffix": " on the mat", "prompt": " sat",
             "input_extra": [{"filename": "a.txt", "text": "it is a hat"}], "n_predict": 8, "temperature": 0}
     prompt = fim_ids(engine, "<|repo_name|>", "myproject\n", "<|file_sep|>", "a.txt\n", "it is a hat",
                      "<|file_sep|>", "filename\n", "<|fim_prefix|>", "the cat", " sat", "<|fim_suffix|>",
                      " on the mat", "<|fim_middle|>")
-    want = standard(engine, prompt, 8)
+    want = standard(served, prompt, 8)
     r = httpx.post(server.url + "/infill", json=body, timeout=60).json()
     assert r["tokens"] == want and r["stop"] is True and r["tokens_evaluated"] == len(prompt)
     assert r["content"] == engine.tokenizer.decode(want, skip_special_tokens=True) and r["tokens_predicted"] == len(want)

@@ -127,7 +127,7 @@ def test_bad_structure_is_a_400_naming_it(server, body, param, words):
     assert err["param"] == param and words in err["message"]
 
 
-def test_a_specdec_serve_target_takes_the_settings_json_schema(server, engine):
+def test_a_specdec_serve_target_takes_the_settings_json_schema(server, served, engine):
     """A grammar in the settings (the bench's structured prompts) reaches a `--target http://...`
     specdec serve as its response_format: the same constrained answer as the engine's own."""
     from specdec_core.grammar import GrammarSpec
@@ -137,7 +137,7 @@ def test_a_specdec_serve_target_takes_the_settings_json_schema(server, engine):
     settings = DecodeSettings(80, grammar=GrammarSpec.json_schema(Pet.model_json_schema()), mode="standard")
     remote = connect(server.url)
     got = remote.generate(remote.encode_chat(HELLO), settings).run()
-    assert got.token_ids == engine.generate(engine.encode_chat(HELLO), settings).run().token_ids
+    assert got.token_ids == served.generate(engine.encode_chat(HELLO), settings).run().token_ids
     Pet.model_validate_json(got.text)
 
 
