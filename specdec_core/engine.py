@@ -196,12 +196,17 @@ class Engine:
         """contract.EngineLike.generate; reuse_at_most (this engine only): with reuse_cache, keep
         the cached entries of at most that many of the prompt's first tokens (Decoder.generate)."""
         prop = self.proposer(settings.proposer) if settings.speculative else None
-        idle, self._idle_read = self._idle_read, (0, 0.0)
         self._last_proposer = settings.proposer if prop is not None else None
-        # what the read between the turns did for this one (a turn that keeps the cache)
+        told = prop is not None and reuse_cache
+
+        def idle_read() -> tuple[int, float]:
+            # what the reads between the turns did for this one (a turn that keeps the cache),
+            # taken when it starts: a read still going when it was made has ended by its turn
+            idle, self._idle_read = self._idle_read, (0, 0.0)
+            return idle if told else (0, 0.0)
+
         return self.decoder.generate(prompt, settings, prop, cancel, reuse_cache=reuse_cache,
-                                     answer_prefix=answer_prefix, reuse_at_most=reuse_at_most,
-                                     idle_read=idle if prop is not None and reuse_cache else (0, 0.0))
+                                     answer_prefix=answer_prefix, reuse_at_most=reuse_at_most, idle_read=idle_read)
 
     def read_ahead(self, stop: Callable[[], bool] = lambda: False) -> tuple[int, float]:
         """Between a chat's turns, let the latest generation's draft read what its windows

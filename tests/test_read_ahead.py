@@ -100,6 +100,24 @@ def test_the_engine_reads_for_its_last_speculative_proposer_and_the_next_turn_sa
     assert second.token_ids == again.token_ids == fresh.token_ids
 
 
+def test_a_read_that_ends_after_a_generation_is_made_is_told_to_that_generation():
+    """A server makes a request's generation before its turn (QueuedEngine.generate), while the
+    read between requests may still be going: the read's figures belong to that generation, taken
+    when it starts, and not to the one after it."""
+    engine = _engine(first_read_window=2)
+    chat = [{"role": "user", "content": "is the cat on the mat or in the hat"}]
+    settings = DecodeSettings(8, draft_tokens=2)
+    first = engine.generate(engine.encode_chat(chat), settings, reuse_cache=True).run()
+    turn2 = engine.encode_chat(chat + [{"role": "assistant", "content": first.text},
+                                       {"role": "user", "content": "the hat"}])
+    second = engine.generate(turn2, settings, reuse_cache=True)  # made while the read goes on ...
+    read, seconds = engine.read_ahead()  # ... which ends before its turn
+    assert read > 0
+    second.run()
+    assert (second.stats.idle_read_tokens, second.stats.idle_read_seconds) == (read, seconds)
+    assert engine.generate(turn2, settings, reuse_cache=True).run().stats.idle_read_tokens == 0
+
+
 def test_a_queued_engine_reads_only_while_the_line_is_empty_and_stops_when_someone_joins():
     queue = DecodeQueue(4)
     calls = []
