@@ -107,7 +107,7 @@ class Decoder:
         reuse_cache: bool = False,
         answer_prefix: int = 0,
         reuse_at_most: int | None = None,
-        idle_read: Callable[[], tuple[int, float]] = lambda: (0, 0.0),
+        idle_work: Callable[[int], dict] = lambda reused: {},
     ) -> Generation:
         """reuse_cache: keep the KV caches' entries for the longest prefix of `prompt_ids` that
         they already hold (a chat's next turn) instead of recomputing the whole prompt. Off by
@@ -119,10 +119,11 @@ class Decoder:
         answer_prefix: the last that many prompt ids are the start of the answer this
         generation continues (an assistant prefill): the text handed out continues theirs.
         settings.max_new_tokens None: the answer runs until the context is full.
-        idle_read: -> (tokens, seconds) the proposer read since the last generation, while nothing
-        ran (Engine.read_ahead): the Stats say so, outside the answer's time. Asked when the
-        generation starts, not when it is made: a server makes a request's generation before its
-        turn, while the read between requests may still be going (QueuedEngine)."""
+        idle_work(reused prompt tokens) -> Stats fields: what was read for this generation while
+        nothing ran (Engine.read_ahead's draft tokens, Engine.read_prompt's target tokens): the
+        Stats say so, outside the answer's time. Asked when the generation starts, not when it is
+        made: a server makes a request's generation before its turn, while the read between
+        requests may still be going (QueuedEngine)."""
         if not prompt_ids:
             raise SettingsError("the prompt is empty: give at least one token")
         check_fits(len(prompt_ids), settings.max_new_tokens, self.context_length)
@@ -140,7 +141,7 @@ class Decoder:
                         settings.max_new_tokens is not None, self.eos, proposer, constraint=constraint,
                         top_logprobs=settings.logprobs, token_texts=self.token_texts)
         keep = (list(prompt_ids) if reuse_at_most is None else list(prompt_ids[: reuse_at_most + 1])) if reuse_cache else None
-        loop = self._loop(run, settings, cancel, detok, stats, keep, idle_read)
+        loop = self._loop(run, settings, cancel, detok, stats, keep, idle_work)
         return Generation(loop, detok, stats)
 
     def constraint(self, spec):
@@ -156,11 +157,12 @@ class Decoder:
 
     def _loop(self, run: DecodeRun, settings: DecodeSettings, cancel: threading.Event | None,
               detok: IncrementalDetokenizer, stats: Stats, keep: list[int] | None,
-              idle_read: Callable[[], tuple[int, float]]) -> Iterator[TokenEvent]:
+              idle_work: Callable[[int], dict]) -> Iterator[TokenEvent]:
         """Step until a stop reason; each step counted in `stats` before its events are handed
         out. Nothing runs before the first event is asked for."""
-        stats.idle_read_tokens, stats.idle_read_seconds = idle_read()
         self._start(run, settings, stats, keep)
+        for name, value in idle_work(stats.reused_prompt_tokens).items():
+            setattr(stats, name, value)
         t0 = self.clock()
         while not stats.stop_reason:
             if cancel is not None and cancel.is_set():

@@ -22,6 +22,14 @@ from .proposers import DraftModelProposer, LookupDraftProposer, PromptLookupProp
 from .settings import DEFAULT_PROPOSER, DecodeSettings, proposer_kind
 
 
+# read_prompt: fewer new tokens than this are left to the send (a typed question: a pass of them
+# costs little then, and re-reading its tail on every pause of the typing would cost more), and
+# a read goes in passes of this many rows (~0.3-0.6 s each on a 2-core CPU: how long a send
+# waits at most for the pass under way)
+PROMPT_READ_MIN = 64
+PROMPT_READ_ROWS = 128
+
+
 def _draft_proposer(engine: Engine) -> Proposer:
     # the target's logits width (config, not weight shape: 4-bit weights are packed)
     return DraftModelProposer(engine.draft.model, engine.vocab_size, lean=engine.draft.lean, clock=engine.clock)
@@ -52,6 +60,8 @@ class Engine:
         self._head: list[int] | None = None
         self._last_proposer: str | None = None  # the proposer of the latest generation (None: standard)
         self._idle_read = (0, 0.0)  # read_ahead's (tokens, seconds) since the latest generation
+        # read_prompt's reads since the latest generation: (first position, end, seconds), or None
+        self._prompt_read: tuple[int, int, float] | None = None
 
     @classmethod
     def load(
@@ -197,16 +207,23 @@ class Engine:
         the cached entries of at most that many of the prompt's first tokens (Decoder.generate)."""
         prop = self.proposer(settings.proposer) if settings.speculative else None
         self._last_proposer = settings.proposer if prop is not None else None
-        told = prop is not None and reuse_cache
-
-        def idle_read() -> tuple[int, float]:
-            # what the reads between the turns did for this one (a turn that keeps the cache),
+        def idle_work(reused: int) -> dict:
+            # what the reads while nothing ran did for this one (a turn that keeps the cache),
             # taken when it starts: a read still going when it was made has ended by its turn
             idle, self._idle_read = self._idle_read, (0, 0.0)
-            return idle if told else (0, 0.0)
+            typed, self._prompt_read = self._prompt_read, None
+            told = {}
+            if reuse_cache and prop is not None:
+                told.update(idle_read_tokens=idle[0], idle_read_seconds=idle[1])
+            if reuse_cache and typed is not None:
+                first, end, seconds = typed
+                kept = max(0, min(reused, end) - first)  # what the send changed after it is read again
+                if kept:
+                    told.update(prompt_read_ahead_tokens=kept, prompt_read_ahead_seconds=seconds)
+            return told
 
         return self.decoder.generate(prompt, settings, prop, cancel, reuse_cache=reuse_cache,
-                                     answer_prefix=answer_prefix, reuse_at_most=reuse_at_most, idle_read=idle_read)
+                                     answer_prefix=answer_prefix, reuse_at_most=reuse_at_most, idle_work=idle_work)
 
     def read_ahead(self, stop: Callable[[], bool] = lambda: False) -> tuple[int, float]:
         """Between a chat's turns, let the latest generation's draft read what its windows
@@ -226,6 +243,37 @@ class Engine:
         self._idle_read = (self._idle_read[0] + tokens, self._idle_read[1] + seconds)
         return tokens, seconds
 
+    def read_prompt(self, prompt: list[int], stop: Callable[[], bool] = lambda: False) -> tuple[int, float]:
+        """Before a message is sent: the target reads the prompt it would make into its cache, so
+        the send, which keeps the cache's longest common prefix (reuse_cache), finds it read. For
+        the time the user spends writing the question under a long attachment or paste: the app's
+        context watch asks for it with what the input box holds, at most every quarter second.
+        Reads only what the cache lacks, when that is at least PROMPT_READ_MIN tokens (a typed
+        question is read at its send), and never the prompt's last token (its logits are the
+        first step's); in passes of PROMPT_READ_ROWS rows, asking `stop` between them. A row's
+        numbers do not depend on the pass it is read in (the CPU kernels are batch-invariant), so
+        the answer is the one a send without it would give. -> (tokens read, seconds); the next
+        generation's Stats carry them (prompt_read_ahead_*)."""
+        target = self.decoder.target
+        have = common_prefix(target.ids, prompt, min(target.length, len(prompt) - 1))
+        todo = len(prompt) - 1 - have
+        if todo < PROMPT_READ_MIN or stop():
+            return 0, 0.0
+        t0 = self.clock()
+        target.keep_prefix(prompt[: have + 1])  # the tail that differs goes
+        at = have
+        while at < len(prompt) - 1 and not stop():
+            rows = prompt[at: min(at + PROMPT_READ_ROWS, len(prompt) - 1)]
+            target.forward(rows, logits_to_keep=0)
+            at += len(rows)
+        seconds = self.clock() - t0
+        last = self._prompt_read
+        if last is not None and last[0] <= have <= last[1]:  # goes on from the last read
+            self._prompt_read = (last[0], at, last[2] + seconds)
+        else:
+            self._prompt_read = (have, at, seconds)
+        return at - have, seconds
+
     @property
     def template_head(self) -> list[int]:
         """The tokens every new chat's prompt starts with: the chat template's opening (on the
@@ -240,8 +288,8 @@ class Engine:
         return list(self._head)
 
     def read_template_head(self) -> int:
-        """Read the template's head into the target's cache and the default proposer's draft
-        model, so that a session's first chat starts where every later one does (the app's
+        """Read the template's head into the target's cache and the draft model of the default
+        proposer and of any other built so far (each reset to it), so that a session's first chat starts where every later one does (the app's
         worker, after loading; ~0.15 s on the embedded pair on a 2-core CPU, paid while the
         window shows the load finishing instead of in the first answer). Returns the tokens read."""
         head = self.template_head
@@ -253,7 +301,8 @@ class Engine:
         target.reset()
         target.forward(head, logits_to_keep=0)
         if self.draft is not None:
-            prop = self.proposer(DEFAULT_PROPOSER)
-            if hasattr(prop, "prime"):
-                prop.prime(head)
+            self.proposer(DEFAULT_PROPOSER)
+            for prop in self._proposers.values():  # every draft built so far, as a new chat finds it
+                if hasattr(prop, "prime"):
+                    prop.prime(head)
         return len(head)

@@ -173,6 +173,11 @@ class Stats:
     # user did not wait for, so not in `seconds`; it is why this turn's catch-up is short
     idle_read_seconds: float = 0.0
     idle_read_tokens: int = 0
+    # the target's read, before the message was sent, of the prompt the input box would make
+    # (Engine.read_prompt: the app does it while the user writes under a long attachment): those
+    # of reused_prompt_tokens, and the read's time, which the user did not wait for either
+    prompt_read_ahead_seconds: float = 0.0
+    prompt_read_ahead_tokens: int = 0
     # plain steps after the prefill: their time and number (in standard decoding every step
     # after the first), so a report can show that a plain step inside speculative decoding
     # costs what a standard step costs
@@ -263,6 +268,8 @@ class Stats:
                 setattr(out, f.name, a + b)
         out.last_draft_length = then.last_draft_length if then.last_draft_length is not None else self.last_draft_length
         out.reused_prompt_tokens = self.reused_prompt_tokens  # the first part's prompt; a continuation reuses its own
+        out.prompt_read_ahead_tokens = self.prompt_read_ahead_tokens  # among the reused ones: the first part's
+        out.prompt_read_ahead_seconds = self.prompt_read_ahead_seconds
         if "speculative" in (self.mode, then.mode):
             out.mode = "speculative"
         if self.proposer and then.proposer and self.proposer != then.proposer:

@@ -351,3 +351,32 @@ def test_the_embedded_pair_gives_the_stored_numbers(role):
         stored[role] = got
         GOLDEN_REAL.write_text(json.dumps(stored, indent=1) + "\n")
     assert got == stored[role]
+
+
+def test_a_prompt_read_while_the_user_writes_changes_no_number_of_the_answer(tmp_path_factory, tok, isolated_cache):
+    """Engine.read_prompt reads the input box's prompt in passes of 128 rows before the send; the
+    kernels are batch-invariant, so the answer decoded on that cache is the one a send with no
+    read ahead gives, token for token and log-probability for log-probability."""
+    from specdec_core.engine import PROMPT_READ_ROWS, Engine
+    from specdec_core.settings import DecodeSettings
+
+    root = tmp_path_factory.mktemp("pair")
+    target = soften(make_model(len(tok), seed=4, hidden=256, intermediate=512, tie_word_embeddings=False), 5.0)
+    draft = soften(make_model(len(tok), seed=5, hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128), 5.0)
+    engine = Engine.load(str(write_gguf(root / "t.gguf", target, tok, K_TYPES)),
+                         str(write_gguf(root / "d.gguf", draft, tok, SMALL_TYPES)), device="cpu")
+    assert engine.target.lean is not None
+    body = "the cat sat on the mat and the dog was in the hat " * 24
+    sent = engine.encode_chat([{"role": "user", "content": body + "is it done"}])
+    writing = engine.encode_chat([{"role": "user", "content": body + "is"}])
+    assert len(writing) > 2 * PROMPT_READ_ROWS
+    for settings in (DecodeSettings(24, mode="standard", logprobs=2), DecodeSettings(24, draft_tokens=3, logprobs=2)):
+        fresh = engine.generate(sent, settings).run()  # the whole prompt in one pass
+        engine.generate(engine.encode_chat([{"role": "user", "content": "a hat"}]), settings).run()  # another chat
+        read, _ = engine.read_prompt(writing)
+        ahead = engine.generate(sent, settings, reuse_cache=True).run()
+        same = next(i for i, (a, b) in enumerate(zip(writing, sent)) if a != b)  # where the typing went on
+        start = len(writing) - 1 - read  # the template's head, which the other chat left cached
+        assert read > 2 * PROMPT_READ_ROWS and ahead.stats.prompt_read_ahead_tokens == same - start
+        assert ahead.token_ids == fresh.token_ids
+        assert [e.logprobs for e in ahead.events] == [e.logprobs for e in fresh.events]

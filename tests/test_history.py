@@ -189,7 +189,9 @@ def test_a_schema_2_database_reads_back_key_for_key_under_the_new_names(tmp_path
     assert (a.stats.proposed_tokens, a.stats.accepted_tokens, a.stats.acceptance_rate) == (8, 5, 0.625)
     assert a.stats.tokens_per_speculative_step == 8 / 3 and a.steps_counted and a.draft_setting == "adaptive"
     # key for key: saved again as it reads, with the figures Stats grew since at their defaults
-    assert a.to_dict() == under_new_names(V2_SPECULATIVE) | {"idle_read_seconds": 0.0, "idle_read_tokens": 0}
+    assert a.to_dict() == under_new_names(V2_SPECULATIVE) | {"idle_read_seconds": 0.0, "idle_read_tokens": 0,
+                                                             "prompt_read_ahead_seconds": 0.0,
+                                                             "prompt_read_ahead_tokens": 0}
     early = figs["b"]  # saved before steps were counted apart: still no τ
     assert early.stats.proposed_tokens == 4 and not early.steps_counted
     again, want = early.to_dict(), under_new_names(V2_EARLY)

@@ -166,3 +166,69 @@ def test_a_server_s_engine_reads_after_a_speculative_answer_and_not_after_a_stan
     while not reads and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(reads) == 1 and reads[0][0] > 0
+
+
+# -- the target reads the prompt the input box would send (Engine.read_prompt) -------------------
+LONG = "the cat sat on the mat and the dog was in the hat " * 14  # ~170 tokens: two passes of 128
+
+
+def _chat(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_the_target_reads_a_long_input_ahead_and_the_send_keeps_it():
+    from specdec_core.engine import PROMPT_READ_ROWS
+
+    engine = _engine()
+    writing = engine.encode_chat(_chat(LONG + "what"))  # the input box, the question half typed
+    read, seconds = engine.read_prompt(writing)
+    assert read == len(writing) - 1 > PROMPT_READ_ROWS and seconds > 0  # all but the last token, in two passes
+    assert engine.decoder.target.ids == writing[:-1]
+    sent = engine.encode_chat(_chat(LONG + "what is on the mat"))  # the send: the question went on
+    kept = len(common_prefix(writing, sent))
+    gen = engine.generate(sent, DecodeSettings(6, draft_tokens=2), reuse_cache=True).run()
+    assert gen.stats.reused_prompt_tokens == gen.stats.prompt_read_ahead_tokens == kept
+    assert gen.stats.prompt_read_ahead_seconds == seconds
+    again = engine.generate(sent, DecodeSettings(6, draft_tokens=2), reuse_cache=True).run()
+    assert again.stats.prompt_read_ahead_tokens == 0  # each read is told once
+    # a generation that does not keep the cache says nothing of a read before it
+    engine.read_prompt(engine.encode_chat(_chat(LONG + "and then")))
+    assert engine.generate(sent, DecodeSettings(4, mode="standard")).run().stats.prompt_read_ahead_tokens == 0
+
+
+def test_a_short_input_is_left_to_the_send_and_a_stop_ends_the_read_between_passes():
+    from specdec_core.engine import PROMPT_READ_MIN, PROMPT_READ_ROWS
+
+    engine = _engine()
+    engine.generate(engine.encode_chat(_chat("the cat")), DecodeSettings(4, mode="standard"), reuse_cache=True).run()
+    cached = list(engine.decoder.target.ids)
+    short = engine.encode_chat(_chat("the cat sat on the mat"))
+    assert len(short) - 1 - len(common_prefix(cached, short)) < PROMPT_READ_MIN
+    assert engine.read_prompt(short) == (0, 0.0) and engine.decoder.target.ids == cached  # nothing moved
+    asked = []
+    stop = lambda: (asked.append(1), len(asked) > 2)[1]  # noqa: E731 -- asked before each pass: one goes
+    long = engine.encode_chat(_chat(LONG))
+    read, _ = engine.read_prompt(long, stop)
+    assert read == PROMPT_READ_ROWS and engine.decoder.target.length == len(common_prefix(cached, long)) + read
+    # the next read goes on from there; the send is told both, as one read
+    rest, _ = engine.read_prompt(long)
+    gen = engine.generate(long, DecodeSettings(3, mode="standard"), reuse_cache=True).run()
+    assert gen.stats.prompt_read_ahead_tokens == read + rest == len(long) - 1 - len(common_prefix(cached, long))
+
+
+def test_a_read_input_changed_before_the_send_counts_only_what_the_send_kept():
+    engine = _engine()
+    first = engine.encode_chat(_chat(LONG + "is the cat on the mat"))
+    engine.read_prompt(first)
+    edited = engine.encode_chat(_chat("a dog " + LONG))  # changed at the start: nothing read is kept
+    kept = len(common_prefix(first, edited))
+    gen = engine.generate(edited, DecodeSettings(3, mode="standard"), reuse_cache=True).run()
+    assert 0 < kept < 10 and gen.stats.reused_prompt_tokens == kept  # the chat template's opening
+    assert gen.stats.prompt_read_ahead_tokens == kept  # of the read, what the send kept
+
+
+def common_prefix(a: list[int], b: list[int]) -> list[int]:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]

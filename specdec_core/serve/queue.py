@@ -221,6 +221,17 @@ class QueuedEngine:
         finally:
             self.queue.release()
 
+    def read_prompt(self, prompt: Prompt, stop=lambda: False) -> tuple[int, float]:
+        """The inner engine's read_prompt, as read_ahead: in a turn of its own, only while the
+        line is empty, stopping when someone joins (the app's chat while it serves its models)."""
+        read = getattr(self.inner, "read_prompt", None)
+        if read is None or not isinstance(prompt, list) or not self.queue.try_turn():
+            return 0, 0.0
+        try:
+            return read(prompt, lambda: stop() or self.queue.waiting > 0)
+        finally:
+            self.queue.release()
+
     def _read_soon(self) -> None:
         if self.queue.waiting == 0 and getattr(self.inner, "read_ahead", None) is not None:
             threading.Thread(target=self._read_quietly, name="specdec-read-ahead", daemon=True).start()
