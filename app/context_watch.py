@@ -1,12 +1,16 @@
 """Keeps the context meter up to date: what the next send would be -- the branch, the text and
 files in the input box -- counted by the engine in the counter's own thread (app/context_meter.py
-says why a thread), at most every DEBOUNCE_MS while the user types.
+says why a thread), at most every DEBOUNCE_MS while the user types. The same input goes to the
+worker, whose target reads its prompt ahead of the send (Engine.read_prompt: it reads only when
+that is a long attachment's or paste's worth of new tokens) -- never while an answer is written.
 
 Only the newest count is shown: every question has a job number and an answer to an older one is
 dropped, since the chat has changed since it was asked.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QWidget
@@ -25,6 +29,8 @@ class ContextWatch(QObject):
                  side_panel: SidePanel, window: QWidget):
         super().__init__(window)
         self.chats, self.models, self.page, self.side_panel = chats, models, page, side_panel
+        self.worker = worker
+        self.answering: Callable[[], bool] = lambda: False  # set once the generation control is made
         self.job = 0  # the newest question asked
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
@@ -58,9 +64,12 @@ class ContextWatch(QObject):
         if not self.models.ready:
             return
         self.job += 1
-        self.counter.request(CountJob(self.job, self.draft_messages(), self.side_panel.max_new.value() or None,
-                                      self.chats.dropped_messages,
+        messages, max_new = self.draft_messages(), self.side_panel.max_new.value() or None
+        self.counter.request(CountJob(self.job, messages, max_new, self.chats.dropped_messages,
                                       tuple(attachment_block(a) for a in self.page.attachment_bar.items)))
+        typed = self.page.composer.toPlainText().strip() or self.page.attachment_bar.items
+        if typed and not self.answering():
+            self.worker.request_read_prompt(messages, max_new, self.chats.dropped_messages)
 
     def _on_counted(self, count) -> None:
         if count.job_id != self.job:

@@ -152,6 +152,7 @@ class MainWindow(QMainWindow):
         self.context = ContextWatch(self.worker, self.chats, self.models, page, side, self)
         self.generation = GenerationControl(self.worker, self.chats, self.models, self.context, page, side, status,
                                             errors, self)
+        self.context.answering = lambda: self.generation.active is not None
         self.actions = MessageActions(self.chats, self.generation, self)
         # what an earlier part says, the later ones answer
         for changed in (self.models.ready_changed, self.chats.changed):

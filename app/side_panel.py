@@ -307,8 +307,12 @@ def _summary_bits(stats: Stats) -> list[str]:
         bits.append(f"first token {stats.prefill_seconds * 1000:.0f} ms")
     if stats.target_forward_passes:
         bits.append(f"{stats.target_forward_passes} steps, {stats.plain_steps} plain")
-    if stats.reused_prompt_tokens:
-        bits.append(f"{stats.reused_prompt_tokens} prompt tokens reused from the last turn")
+    earlier = stats.reused_prompt_tokens - stats.prompt_read_ahead_tokens
+    if earlier > 0:
+        bits.append(f"{earlier} prompt tokens reused from the last turn")
+    if stats.prompt_read_ahead_tokens:  # Engine.read_prompt: done while the user wrote, not in the time above
+        bits.append(f"{stats.prompt_read_ahead_tokens} prompt tokens read while you wrote "
+                    f"({stats.prompt_read_ahead_seconds:.2f} s, not in this answer's time)")
     if stats.idle_read_tokens:  # Engine.read_ahead: done while the user typed, not in the time above
         n = stats.idle_read_tokens
         bits.append(f"draft read {n} skipped token{'' if n == 1 else 's'} between turns "

@@ -12,6 +12,9 @@ Rules (docs/architecture.md):
   engine checks it between steps and the worker stops forwarding tokens at once;
 - between turns the draft reads what its windows skipped (engine.read_ahead) while the user
   reads and types; a new request (or a load, or stop) ends that read within one of its passes;
+- while the user writes under a long attachment or paste, the target reads the prompt the input
+  box would send (engine.read_prompt, asked for by the context watch): the same way, only the
+  newest input's, never one from before an answer the worker has begun since;
 - tokens are batched: one `tokens` signal about every 30 ms (at a step's end), not one per token,
   each carrying the engine's running Stats (a typed copy) for exactly the tokens sent so far: the
   GUI shows those numbers and saves them with a stopped message; it never recomputes them from
@@ -117,6 +120,16 @@ def answer_prefix(engine: EngineLike, req: GenerateRequest, fit) -> int:
     return len(prompt) - len(opener) if len(prompt) > len(opener) and prompt[: len(opener)] == opener else 0
 
 
+@dataclass(frozen=True)
+class PromptRead:
+    """An input to read ahead: the chat as the next send would make it."""
+
+    messages: list[dict[str, str]]
+    max_new_tokens: int | None
+    dropped: int
+    generations_asked: int  # the worker's count when it was asked for; -1: one was under way then
+
+
 class RequestTracker:
     """The one request in flight, so stop() can cancel it from the GUI thread."""
 
@@ -196,6 +209,7 @@ class Worker(QObject):
     # internal: queued hops from the GUI thread into the worker thread
     _load_requested = Signal(object)
     _generate_requested = Signal(object)
+    _read_prompt_requested = Signal()
 
     def __init__(self) -> None:
         super().__init__()
@@ -206,6 +220,14 @@ class Worker(QObject):
         self._waiting = _Counter()
         self._load_requested.connect(self._load)
         self._generate_requested.connect(self._generate)
+        # the newest input to read ahead (read_prompt), and the generations asked for and done:
+        # an input asked for while one was under way or waiting, or before one asked for since,
+        # is stale (the chat it was made from has grown by that answer)
+        self._prompt_lock = threading.Lock()
+        self._prompt_job: PromptRead | None = None
+        self._generations_asked = 0
+        self._generations_done = 0
+        self._read_prompt_requested.connect(self._read_prompt)
 
     # -- GUI-thread API -------------------------------------------------------------------
     def request_load(self, request: LoadRequest) -> None:
@@ -214,7 +236,18 @@ class Worker(QObject):
 
     def request_generate(self, request: GenerateRequest) -> None:
         self._waiting.add(1)
+        with self._prompt_lock:
+            self._generations_asked += 1
         self._generate_requested.emit(request)
+
+    def request_read_prompt(self, messages: list[dict[str, str]], max_new_tokens: int | None, dropped: int = 0) -> None:
+        """The chat as the next send would make it (what the input box holds): let the target
+        read its prompt while the user goes on writing. Only the newest is read; a send, a load or
+        a newer input ends the read within one of its passes."""
+        with self._prompt_lock:
+            settled = self._generations_done == self._generations_asked
+            self._prompt_job = PromptRead(messages, max_new_tokens, dropped, self._generations_asked if settled else -1)
+        self._read_prompt_requested.emit()
 
     def stop(self, request_id: int | None = None) -> None:
         """Cancel the running generation (or only `request_id`, when given), and any idle read.
@@ -264,19 +297,29 @@ class Worker(QObject):
     @Slot(object)
     def _generate(self, req: GenerateRequest) -> None:
         self._waiting.add(-1)  # this one has started
+        try:
+            answered = self._answer(req)
+        finally:
+            with self._prompt_lock:
+                self._generations_done += 1
+        if answered:
+            self._read_ahead()
+
+    def _answer(self, req: GenerateRequest) -> bool:
+        """The generation itself; True when an answer (whole or stopped) was handed over."""
         if req.cancel.is_set():  # stopped before it even started: say so, emit no tokens
             self.finished.emit(req.request_id, Finished(Stats(stop_reason="cancelled")))
-            return
+            return False
         if self.engine is None:
             self.failed.emit(req.request_id, "no models are loaded yet")
-            return
+            return False
         self._requests.begin(req)
         gen, answered = None, False
         try:
             fit = self.engine.fit(req.messages, req.settings.max_new_tokens, req.dropped, **req.fit_options())
             if not fit.fits:  # said at once, before any computing: the GUI offers to drop turns
                 self.too_long.emit(req.request_id, fit)
-                return
+                return False
             self.started.emit(req.request_id)
             # a chat's next turn starts with the conversation so far: keep its cached prefix
             gen = self.engine.generate(fit.prompt, req.settings, cancel=req.cancel, reuse_cache=True,
@@ -301,8 +344,22 @@ class Worker(QObject):
                 self.failed.emit(req.request_id, _one_line(exc))
         finally:
             self._requests.end()
-        if answered:
-            self._read_ahead()
+        return answered
+
+    @Slot()
+    def _read_prompt(self) -> None:
+        with self._prompt_lock:
+            job, self._prompt_job = self._prompt_job, None
+            stale = job is None or job.generations_asked != self._generations_asked
+        read = getattr(self.engine, "read_prompt", None)
+        if stale or read is None or self._waiting.any():
+            return
+        try:
+            fit = self.engine.fit(job.messages, job.max_new_tokens, job.dropped)
+            if fit.fits and isinstance(fit.prompt, list):
+                read(fit.prompt, lambda: self._waiting.any() or self._prompt_job is not None)
+        except Exception:  # noqa: BLE001 -- only a head start: the send reads what this did not
+            traceback.print_exc()
 
     def _read_ahead(self) -> None:
         """After an answer, while this thread would otherwise wait: the draft reads what it

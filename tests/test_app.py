@@ -93,14 +93,48 @@ def test_worker_next_turn_reuses_the_conversation_cache(qtbot, worker, sig):
     assert second.args[1].stats.reused_prompt_tokens > head  # at least the first turn's prompt
 
 
+def test_worker_reads_the_newest_input_ahead_and_never_one_from_before_an_answer(qtbot, worker, sig):
+    """request_read_prompt (the context watch's, as the user writes): the target reads that
+    input's prompt; an input asked for while an answer was being written is not read after it
+    (the chat has grown by the answer: the read would take it back out of the cache)."""
+    with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT):
+        worker.request_load(LoadRequest(factory=tiny_factory(delay=0.03)))
+    engine = worker.engine
+    reads = []
+    real = engine.read_prompt
+    engine.read_prompt = lambda prompt, stop: reads.append(len(prompt)) or real(prompt, stop)
+    turn1 = [{"role": "user", "content": "the cat"}]
+    writing = [{"role": "user", "content": "the cat sat on the mat and the dog was in the hat " * 10}]
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as first:
+        with qtbot.waitSignal(sig.started, timeout=TIMEOUT):
+            worker.request_generate(GenerateRequest(1, turn1, DecodeSettings(12, draft_tokens=2)))
+        worker.request_read_prompt(turn1 + writing, 4)  # counted on the chat before its answer
+    time.sleep(0.3)
+    assert reads == []
+    chat = turn1 + [{"role": "assistant", "content": first.args[1].text}] + writing
+    worker.request_read_prompt(chat, 4)
+    qtbot.waitUntil(lambda: len(reads) == 1, timeout=TIMEOUT)
+    want = engine.fit(chat, 4).prompt
+    qtbot.waitUntil(lambda: engine.decoder.target.ids == want[:-1], timeout=TIMEOUT)
+    with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as sent:
+        worker.request_generate(GenerateRequest(2, chat, DecodeSettings(4, draft_tokens=2)))
+    assert sent.args[1].stats.prompt_read_ahead_tokens > 60
+
+
 def test_worker_reads_ahead_between_turns_and_a_new_request_stops_the_read(qtbot, worker, sig):
     with qtbot.waitSignal(sig.loaded, timeout=TIMEOUT):
         worker.request_load(LoadRequest(factory=tiny_factory()))
     engine = worker.engine
     engine.proposer("lookup+draft").draft.first_read_window = 2  # the first turn leaves a gap
+    ended = []
+    real = engine.read_ahead
+    engine.read_ahead = lambda stop: ended.append(real(stop)) or ended[-1]
     turn1 = [{"role": "user", "content": "is the cat on the mat or in the hat"}]
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as first:
         worker.request_generate(GenerateRequest(1, turn1, DecodeSettings(6, draft_tokens=2)))
+    # the user reads the answer and types: the read is done before the next request (sent at
+    # once, it would stop the read before its first pass -- what the end of this test checks)
+    qtbot.waitUntil(lambda: bool(ended), timeout=TIMEOUT)
     turn2 = turn1 + [{"role": "assistant", "content": first.args[1].text}, {"role": "user", "content": "the hat"}]
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as second:
         worker.request_generate(GenerateRequest(2, turn2, DecodeSettings(6, draft_tokens=2)))

@@ -422,6 +422,39 @@ def test_the_context_meter_counts_with_the_targets_tokenizer_off_the_gui_thread(
     assert c.fits and [w.left_out_label.isHidden() for w in win.page.chat_view.messages] == [True, True]
 
 
+def test_the_target_reads_a_long_attachment_while_the_question_is_written(qtbot, make_window, tmp_path):
+    """What the input box would send goes to the worker with each count: its target reads the
+    prompt ahead (Engine.read_prompt), so the send only reads what the question added -- and the
+    side panel says how much was read before it, outside the answer's time."""
+    win = make_window(max_new=4)
+    engine = win.worker.engine
+    doc = tmp_path / "notes.txt"
+    doc.write_text("the cat sat on the mat and the dog was in the hat\n" * 16)
+    win.chats.attach_files([str(doc)])
+    win.page.composer.setPlainText("is the")
+    qtbot.waitUntil(lambda: engine.decoder.target.length > 150, timeout=TIMEOUT)  # read off the GUI thread
+    win.page.composer.setPlainText("is the cat on the mat")
+    send_and_wait(qtbot, win)
+    stats = win.chats.messages[-1].figures.stats
+    assert stats.prompt_read_ahead_tokens > 150 and stats.reused_prompt_tokens >= stats.prompt_read_ahead_tokens
+    assert f"{stats.prompt_read_ahead_tokens} prompt tokens read while you wrote" in win.side_panel.summary.text()
+
+
+def test_no_input_is_read_ahead_while_an_answer_is_written(qtbot, make_window):
+    """The chat an input was counted on grows by the answer being written: a read of it would
+    take the answer back out of the cache. Reads are asked for again once the answer is done."""
+    win = make_window(request=LoadRequest(factory=tiny_factory(delay=0.05)), max_new=40)
+    asked = []
+    win.worker.request_read_prompt = lambda messages, *_a: asked.append(messages)
+    with qtbot.waitSignal(win.message_done, timeout=TIMEOUT):
+        assert win.generation.send("the cat sat")
+        win.page.composer.setPlainText("the hat is on the cat " * 12)
+        wait_count(qtbot, win)
+        assert asked == []
+    wait_count(qtbot, win)
+    assert asked and asked[-1][-2]["role"] == "assistant"  # the answer is in the chat it reads
+
+
 # -- 5. the theme ----------------------------------------------------------------------------------
 def test_dark_theme_toggle_and_following_the_system(qtbot, make_window, monkeypatch):
     import app.theme as theme_module
