@@ -413,6 +413,34 @@ def test_cold_start_pays_every_first_turn_whole(pair, tmp_path):
     assert all(r["identical_to_standard"] is True for r in rep["rows"])
 
 
+def test_read_while_writing_reads_a_message_up_to_its_question_before_the_send(pair, tmp_path):
+    """--read-while-writing: our modes' target reads the message but its last paragraph before the
+    send (Engine.read_prompt, as the app reads an attachment while the question is written), from
+    the template's head alone -- even where the run before had the same prompt -- and the record
+    says how much; the answer is standard's, and a one-paragraph message is read at its send."""
+    prompts = tmp_path / "p.jsonl"
+    doc = "the cat sat on the mat and the dog was in the hat . " * 12
+    lines = [{"id": "doc", "category": "long-context", "prompt": doc + "\n\nis the cat on the mat ?"},
+             {"id": "short", "category": "chat", "prompt": "hello there"}]
+    prompts.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out"
+    assert bench(pair, prompts, out, "--draft-tokens", "default", "--lookup-tokens", "none", "--repeats", "2",
+                 "--read-while-writing") == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert "--read-while-writing" in rep["command"] and rep["settings"]["before_the_send"].startswith("the target reads")
+    head = int(re.fullmatch(r"template head cached \((\d+) tokens\)", rep["settings"]["first_turns"]).group(1))
+    for r in rep["rows"]:
+        assert r["identical_to_standard"] is True
+        for rec in r["repeats"]:
+            if r["prompt_id"] == "short":
+                assert rec["prompt_read_ahead_tokens"] == 0 and rec["reused_prompt_tokens"] == head
+            else:  # all the document, none of the question but its first word: the same in every repeat
+                assert rec["prompt_read_ahead_tokens"] > 100
+                assert rec["reused_prompt_tokens"] == head + rec["prompt_read_ahead_tokens"] < rec["prompt_tokens"] - 5
+    reads = {(r["prompt_id"], rec["prompt_read_ahead_tokens"]) for r in rep["rows"] for rec in r["repeats"]}
+    assert len(reads) == 2
+
+
 def test_draft_tokens_default_measures_the_default_beside_standard():
     from specdec_core.bench.modes import build_modes, parse_draft_lengths
 

@@ -22,7 +22,7 @@ from .modes import HF_ASSISTED, HF_GENERATE, LLAMACPP, LLAMACPP_SPEC, STANDARD, 
 METRICS = ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "generate_s", "acceptance_rate",
            "tokens_per_speculative_step", "plain_step_share", "peak_memory_bytes", "new_tokens",
            "target_forward_passes", "draft_forward_passes", "mean_draft_length", "mean_plain_step_seconds",
-           "catchup_seconds", "idle_read_seconds")
+           "catchup_seconds", "idle_read_seconds", "prompt_read_ahead_seconds")
 REFERENCES = (STANDARD, HF_GENERATE, HF_ASSISTED, LLAMACPP)
 # per prompt, the fastest of llama.cpp's modes (plain, speculative at its default, tuned)
 LLAMACPP_BEST = "llama.cpp-best"
@@ -114,7 +114,7 @@ def _figures(rows, mode: Mode, cats: set[str] | None) -> dict:
     f = {"prompts": len(mine)}
     for k in ("tokens_per_second", "decode_tokens_per_second", "latency_s", "ttft_s", "acceptance_rate",
               "tokens_per_speculative_step", "plain_step_share", "peak_memory_bytes", "mean_draft_length", "new_tokens",
-              "mean_plain_step_seconds", "catchup_seconds", "idle_read_seconds"):
+              "mean_plain_step_seconds", "catchup_seconds", "idle_read_seconds", "prompt_read_ahead_seconds"):
         f[k] = _median([r.get(k) for r in mine.values()])
     f["tokens_per_second_min"] = min((r["stats"]["tokens_per_second"]["min"] for r in mine.values()), default=None)
     f["tokens_per_second_max"] = max((r["stats"]["tokens_per_second"]["max"] for r in mine.values()), default=None)
@@ -175,6 +175,7 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
             "threads": settings["threads"],
             "first_turns": settings.get("first_turns"),
             "between_turns": settings.get("between_turns"),
+            "before_the_send": settings.get("before_the_send"),
         },
         "modes": [dataclasses.asdict(m) for m in modes],
         "memory_method": memory_method,
@@ -303,7 +304,9 @@ def _about(v: _View) -> list[str]:
              + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not v.greedy else " (greedy)")
              + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)"
              + (f"; first turns: {s['first_turns']}" if s.get("first_turns") else "")
-             + (f"; between turns: {s['between_turns']}" if s.get("between_turns") else ""))
+             + (f"; between turns: {s['between_turns']}" if s.get("between_turns") else "")
+             + (f"; before the send: {s['before_the_send']}" if s.get("before_the_send") not in (None, "nothing read")
+                else ""))
     la0, la1 = m.get("load_average_start"), m.get("load_average_end")
     if la0 or la1:
         L.append(f"- **load average** (1/5/15 min) at start {la0}, at end {la1}")

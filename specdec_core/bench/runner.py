@@ -40,6 +40,13 @@ Between a conversation's turns our speculative modes let the draft read what its
 message: that read is not in the next turn's time (no user waits for it) and is recorded beside
 it (idle_read_seconds, idle_read_tokens). `read_ahead=False` (`specdec bench --no-read-ahead`)
 measures later turns without it, as a client that sends its turns back to back gets them.
+
+`read_while_writing` (`specdec bench --read-while-writing`): a single-turn prompt's message up to
+its last paragraph -- the document, code or text the question under it is about -- is read by
+the target before the send (Engine.read_prompt), in our modes, from caches that hold the
+template's head only: what the app does while the user writes the question under an attachment.
+The read is not in the send's time (no user waits for it) and is recorded beside it
+(prompt_read_ahead_seconds, prompt_read_ahead_tokens); the draft reads at the send, as without it.
 """
 
 from __future__ import annotations
@@ -69,6 +76,8 @@ class RunSettings:
     head_tokens: int | None = None
     # between a conversation's turns the draft reads what it skipped (module docstring)
     read_ahead: bool = True
+    # a single-turn prompt's message but its last paragraph is read before the send (module docstring)
+    read_while_writing: bool = False
 
 
 def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
@@ -111,7 +120,8 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                         recs = run_conversation(engine, prompt, mode, repeat, memory, hf, llama, head,
                                                 settings.read_ahead)
                     else:
-                        recs = [run_one(engine, prompt, mode, repeat, memory, hf, llama, head=head)]
+                        recs = [run_one(engine, prompt, mode, repeat, memory, hf, llama, head=head,
+                                        writing=settings.read_while_writing)]
                     for t, rec in enumerate(recs):
                         rec["repeat"] = r
                         rec["order"] = pos
@@ -172,12 +182,13 @@ def _name_turns(prompt, turns: list[dict[str, dict]], kinds: dict[tuple[str, int
 
 
 def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=None, llama=None,
-            reuse_cache: bool = False, head: int | None = None) -> dict:
+            reuse_cache: bool = False, head: int | None = None, writing: bool = False) -> dict:
     """One measured generation with `settings` (those of this repeat; the mode sets its own
     mode, proposer and k); a raw record (with token ids and events for the identity check).
     reuse_cache: a conversation's later turn, decoded on the cache the previous turn left (our
     modes; a peer runs the whole chat again). head: otherwise, the caches keep at most that many
-    of the prompt's first tokens (the template's head: the module docstring); None: none."""
+    of the prompt's first tokens (the template's head: the module docstring); None: none.
+    writing: the message but its last paragraph is read before the send (module docstring)."""
     gc.collect()
     rec = {"prompt_id": prompt.id, "category": prompt.category, "mode": mode.name, "kind": mode.kind,
            "draft_tokens": mode.draft_tokens, "error": None}
@@ -195,7 +206,8 @@ def run_one(engine, prompt, mode: Mode, settings: DecodeSettings, memory, hf=Non
             rec.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300], tokens_per_second=None,
                        token_ids=None, events=None)
             return rec
-    return _run_engine(engine, prompt, mode, settings, memory, rec, reuse_cache, head)
+    return _run_engine(engine, prompt, mode, settings, memory, rec, reuse_cache, head,
+                       writing and not reuse_cache and head is not None)
 
 
 def _run_llamacpp(engine, prompt, mode, settings: DecodeSettings, llama, rec) -> dict:
@@ -254,7 +266,11 @@ def _mark_llamacpp_identical(recs: dict[str, dict]) -> None:
 
 
 def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reuse_cache: bool = False,
-                head: int | None = None) -> dict:
+                head: int | None = None, writing: bool = False) -> dict:
+    written = _written_part(prompt) if writing else None
+    if written is not None:  # as a new chat: the head alone in every cache, then the part read ahead
+        engine.read_template_head()
+        engine.read_prompt(engine.encode_chat(written))
     memory.start()
     t0 = time.perf_counter()
     ids = engine.encode_chat(list(prompt.messages))
@@ -264,7 +280,7 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
         decode = decode.replace(grammar=GrammarSpec("json_schema", prompt.schema))
     # a later turn keeps the whole chat so far; a first turn at most the template's head
     gen = engine.generate(ids, decode, reuse_cache=reuse_cache or bool(head),
-                          reuse_at_most=None if reuse_cache else head)
+                          reuse_at_most=None if reuse_cache or written is not None else head)
     first = None
     for _ev in gen:
         if first is None:
@@ -305,6 +321,8 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
         catchup_tokens=s.catchup_tokens,
         idle_read_seconds=s.idle_read_seconds,
         idle_read_tokens=s.idle_read_tokens,
+        prompt_read_ahead_seconds=s.prompt_read_ahead_seconds,
+        prompt_read_ahead_tokens=s.prompt_read_ahead_tokens,
         steps_by_source=dict(s.steps_by_source),
         proposed_by_source=dict(s.proposed_by_source),
         accepted_by_source=dict(s.accepted_by_source),
@@ -314,6 +332,21 @@ def _run_engine(engine, prompt, mode, settings: DecodeSettings, memory, rec, reu
         events=list(gen.events),
     )
     return rec
+
+
+def _written_part(prompt) -> list[dict] | None:
+    """The chat of a single-turn prompt with its message cut before its last paragraph (plus
+    the paragraph's first word, as a question begun): what the input box held while the question
+    was written. None where the message is one paragraph."""
+    if prompt.conversation or not prompt.messages:
+        return None
+    last = prompt.messages[-1]["content"]
+    cut = last.rstrip().rfind("\n\n")
+    if cut <= 0:
+        return None
+    question = last[cut + 2:].split()
+    begun = last[: cut + 2] + (question[0] if question else "")
+    return list(prompt.messages[:-1]) + [{**prompt.messages[-1], "content": begun}]
 
 
 def _run_hf(engine, prompt, mode, settings: DecodeSettings, memory, hf, rec) -> dict:

@@ -53,6 +53,11 @@ def add_parser(sub) -> None:
                    help="a conversation's later turns without the draft's read, between the turns, of what it "
                         "skipped (default: that read runs, as the app runs it while the user types, and is "
                         "reported beside the turn, not in its time)")
+    b.add_argument("--read-while-writing", action="store_true",
+                   help="a single-turn prompt's message up to its last paragraph (the document or code it "
+                        "asks about) is read before the send, in our modes, as the app reads an attachment "
+                        "while the user writes the question; not in the send's time, reported beside it "
+                        "(default: every prompt read at its send, as a pasted message is)")
     b.add_argument("--baseline", default="none", metavar="hf,llama.cpp|none",
                    help="peers to time beside our modes, comma-separated: hf = transformers' generate() and "
                         "generate(assistant_model=draft); llama.cpp = llama.cpp's plain decoding and its own "
@@ -89,6 +94,8 @@ def command_line(args, server: bool = False) -> str:
         parts += ["--cold-start"]
     if local and getattr(args, "no_read_ahead", False):
         parts += ["--no-read-ahead"]
+    if local and getattr(args, "read_while_writing", False):
+        parts += ["--read-while-writing"]
     if local:
         parts += ["--baseline", args.baseline]
         if args.llama_cpp:
@@ -184,9 +191,10 @@ def _run_local(args) -> int:
     near_tie = near_tie_margin(engine.target_info.dtype)
     # first turns start from the template's head, as a new chat in the app (runner.py)
     head = None if args.cold_start or not hasattr(engine, "template_head") else len(engine.template_head)
+    writing = args.read_while_writing and head is not None and hasattr(engine, "read_prompt")
     with PeakMemory(engine.target_info.device) as memory:
         raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens, head,
-                                                            not args.no_read_ahead),
+                                                            not args.no_read_ahead, writing),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
     settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
@@ -194,7 +202,9 @@ def _run_local(args) -> int:
                 "threads": torch.get_num_threads(),
                 "first_turns": "cold" if head is None else f"template head cached ({head} tokens)",
                 "between_turns": ("no read" if args.no_read_ahead or not hasattr(engine, "read_ahead") else
-                                  "the draft reads what it skipped (not in the turns' time)")}
+                                  "the draft reads what it skipped (not in the turns' time)"),
+                "before_the_send": ("the target reads the message up to its last paragraph (not in the send's time)"
+                                    if writing else "nothing read")}
     report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
                           command_line(args), args.note, time.perf_counter() - started, skipped)
     write_report(plan.out, report)
