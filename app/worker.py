@@ -205,6 +205,8 @@ class Worker(QObject):
     # its `drop` = the fewest oldest messages to leave out (counting those already left out),
     # None when even the last turn alone does not fit
     too_long = Signal(int, object)
+    # an input read ahead (request_read_prompt): prompt tokens read and seconds, once it ends
+    prompt_read = Signal(int, float)
 
     # internal: queued hops from the GUI thread into the worker thread
     _load_requested = Signal(object)
@@ -357,7 +359,9 @@ class Worker(QObject):
         try:
             fit = self.engine.fit(job.messages, job.max_new_tokens, job.dropped)
             if fit.fits and isinstance(fit.prompt, list):
-                read(fit.prompt, lambda: self._waiting.any() or self._prompt_job is not None)
+                tokens, seconds = read(fit.prompt, lambda: self._waiting.any() or self._prompt_job is not None)
+                if tokens:
+                    self.prompt_read.emit(tokens, seconds)
         except Exception:  # noqa: BLE001 -- only a head start: the send reads what this did not
             traceback.print_exc()
 

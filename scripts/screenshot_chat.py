@@ -6,9 +6,12 @@
     python scripts/screenshot_chat.py out.png --target http://127.0.0.1:8080   # a llama-server, vLLM, specdec serve
     xvfb-run -a python scripts/screenshot_chat.py out.png          # under a virtual X server
     python scripts/screenshot_chat.py race.png --race --target default --draft default --prompt "..."
+    python scripts/screenshot_chat.py doc.png --target default --draft default --attach notes.md --prompt "..."
 
 Works offscreen (QT_QPA_PLATFORM=offscreen is set when there is no display). The chat runs one
-message in standard mode and one in speculative mode so both colourings show.
+message in standard mode and one in speculative mode so both colourings show. With --attach the
+files go with the last message, whose question is begun in the input box first so the target
+reads the message ahead while it is "written" (the side panel says how much).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def main() -> int:
     ap.add_argument("--theme", default="light", choices=("light", "dark", "auto"))
     ap.add_argument("--size", default="1360x860", help="window size WxH")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--attach", action="append", default=[], metavar="FILE",
+                    help="a file attached to the last message (repeat for several)")
     ap.add_argument("--race", action="store_true",
                     help="the Race tab instead: the last --prompt raced, standard against speculative")
     args = ap.parse_args()
@@ -131,12 +136,25 @@ def chat(win, args, prompts, max_new, wait, state) -> None:
         if not fixed:
             win.side_panel.set_mode("standard" if (i == 0 and len(prompts) > 1) else "speculative")
         want = state["done"] + 1
+        if args.attach and i == len(prompts) - 1:
+            write_under_attachments(win, args.attach, prompt, wait)
         win.generation.send(prompt)
         if not wait(lambda: state["done"] >= want):
             print("generation timed out", file=sys.stderr)
             break
     if not fixed:
         win.side_panel.set_mode("speculative")
+
+
+def write_under_attachments(win, files: list[str], prompt: str, wait) -> None:
+    """Attach `files` and begin the question in the input box: the worker's target reads the
+    message as it stands (Worker.prompt_read once it is read, or a minute at most)."""
+    read = {"tokens": 0}
+    win.worker.prompt_read.connect(lambda tokens, _s: read.update(tokens=tokens))
+    win.chats.attach_files(files)
+    win.page.composer.setPlainText(prompt.split()[0] if prompt.split() else "")
+    end = time.monotonic() + 60
+    wait(lambda: read["tokens"] > 0 or time.monotonic() > end)
 
 
 if __name__ == "__main__":

@@ -244,20 +244,31 @@ class Engine:
         return tokens, seconds
 
     def read_prompt(self, prompt: list[int], stop: Callable[[], bool] = lambda: False) -> tuple[int, float]:
-        """Before a message is sent: the target reads the prompt it would make into its cache, so
-        the send, which keeps the cache's longest common prefix (reuse_cache), finds it read. For
-        the time the user spends writing the question under a long attachment or paste: the app's
-        context watch asks for it with what the input box holds, at most every quarter second.
-        Reads only what the cache lacks, when that is at least PROMPT_READ_MIN tokens (a typed
-        question is read at its send), and never the prompt's last token (its logits are the
-        first step's); in passes of PROMPT_READ_ROWS rows, asking `stop` between them. A row's
-        numbers do not depend on the pass it is read in (the CPU kernels are batch-invariant), so
-        the answer is the one a send without it would give. -> (tokens read, seconds); the next
-        generation's Stats carry them (prompt_read_ahead_*)."""
+        """Before a message is sent: the target, then the draft, read the prompt it would make, so
+        the send, which keeps the caches' longest common prefix (reuse_cache), finds it read and
+        the draft proposes knowing all of it (its own first read of a prompt takes only the last
+        128 tokens: DraftModelProposer.first_read_window). For the time the user spends writing
+        the question under a long attachment or paste: the app's context watch asks for it with
+        what the input box holds, at most every quarter second. Each model reads only what its
+        cache lacks, when that is at least PROMPT_READ_MIN tokens (a typed question is read at its
+        send), never the prompt's last token (its logits are the first step's), in passes asking
+        `stop` between them. A row's numbers do not depend on the pass it is read in (the CPU
+        kernels are batch-invariant), so the answer is the one a send without it would give.
+        -> the target's (tokens read, seconds); the next generation's Stats carry them
+        (prompt_read_ahead_*) and the draft's read (idle_read_*, as Engine.read_ahead's)."""
+        read, seconds = self._target_reads(prompt, stop)
+        name = self._last_proposer or DEFAULT_PROPOSER
+        prop = self.proposer(name) if self.draft is not None or name != DEFAULT_PROPOSER else None
+        draft_read = getattr(prop, "read_prompt", None)
+        if draft_read is not None and not stop():
+            tokens, took = draft_read(prompt, stop, PROMPT_READ_MIN)
+            self._idle_read = (self._idle_read[0] + tokens, self._idle_read[1] + took)
+        return read, seconds
+
+    def _target_reads(self, prompt: list[int], stop: Callable[[], bool]) -> tuple[int, float]:
         target = self.decoder.target
         have = common_prefix(target.ids, prompt, min(target.length, len(prompt) - 1))
-        todo = len(prompt) - 1 - have
-        if todo < PROMPT_READ_MIN or stop():
+        if len(prompt) - 1 - have < PROMPT_READ_MIN or stop():
             return 0, 0.0
         t0 = self.clock()
         target.keep_prefix(prompt[: have + 1])  # the tail that differs goes

@@ -168,9 +168,10 @@ class Stats:
     # start, what plain and lookup steps wrote): seconds and tokens, part of seconds_by_source
     catchup_seconds: float = 0.0
     catchup_tokens: int = 0
-    # the draft's read, after the turn before this one ended, of what that turn's windows had
-    # skipped (Engine.read_ahead: the app does it while the user reads and types): time the
-    # user did not wait for, so not in `seconds`; it is why this turn's catch-up is short
+    # the draft's reads while nothing ran, after the turn before this one ended: of what that
+    # turn's windows had skipped (Engine.read_ahead: the app does it while the user reads and
+    # types) and of the message being written (Engine.read_prompt): time the user did not wait
+    # for, so not in `seconds`; it is why this turn's catch-up is short
     idle_read_seconds: float = 0.0
     idle_read_tokens: int = 0
     # the target's read, before the message was sent, of the prompt the input box would make

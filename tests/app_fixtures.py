@@ -122,9 +122,11 @@ def relay(worker):
         finished = Signal(int, object)
         failed = Signal(int, str)
         too_long = Signal(int, object)
+        prompt_read = Signal(int, float)
 
     r = Relay()
-    for name in ("progress", "loaded", "load_failed", "started", "tokens", "finished", "failed", "too_long"):
+    for name in ("progress", "loaded", "load_failed", "started", "tokens", "finished", "failed", "too_long",
+                 "prompt_read"):
         getattr(worker, name).connect(getattr(r, name))
     return r
 

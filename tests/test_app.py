@@ -112,10 +112,11 @@ def test_worker_reads_the_newest_input_ahead_and_never_one_from_before_an_answer
     time.sleep(0.3)
     assert reads == []
     chat = turn1 + [{"role": "assistant", "content": first.args[1].text}] + writing
-    worker.request_read_prompt(chat, 4)
-    qtbot.waitUntil(lambda: len(reads) == 1, timeout=TIMEOUT)
+    with qtbot.waitSignal(sig.prompt_read, timeout=TIMEOUT) as done:
+        worker.request_read_prompt(chat, 4)
+    assert len(reads) == 1 and done.args[0] > 60 and done.args[1] > 0
     want = engine.fit(chat, 4).prompt
-    qtbot.waitUntil(lambda: engine.decoder.target.ids == want[:-1], timeout=TIMEOUT)
+    assert engine.decoder.target.ids == want[:-1]
     with qtbot.waitSignal(sig.finished, timeout=TIMEOUT) as sent:
         worker.request_generate(GenerateRequest(2, chat, DecodeSettings(4, draft_tokens=2)))
     assert sent.args[1].stats.prompt_read_ahead_tokens > 60

@@ -184,11 +184,15 @@ def test_the_target_reads_a_long_input_ahead_and_the_send_keeps_it():
     read, seconds = engine.read_prompt(writing)
     assert read == len(writing) - 1 > PROMPT_READ_ROWS and seconds > 0  # all but the last token, in two passes
     assert engine.decoder.target.ids == writing[:-1]
+    draft = engine.proposer("lookup+draft").draft  # the draft then read it too, whole
+    assert draft.lm.length == len(writing) - 1 and not draft.gaps
     sent = engine.encode_chat(_chat(LONG + "what is on the mat"))  # the send: the question went on
     kept = len(common_prefix(writing, sent))
     gen = engine.generate(sent, DecodeSettings(6, draft_tokens=2), reuse_cache=True).run()
     assert gen.stats.reused_prompt_tokens == gen.stats.prompt_read_ahead_tokens == kept
     assert gen.stats.prompt_read_ahead_seconds == seconds
+    assert gen.stats.idle_read_tokens == len(writing) - 1 and gen.stats.idle_read_seconds > 0  # from an empty cache
+    assert gen.stats.catchup_tokens <= len(sent) - kept  # the draft's read at the send: what the question added
     again = engine.generate(sent, DecodeSettings(6, draft_tokens=2), reuse_cache=True).run()
     assert again.stats.prompt_read_ahead_tokens == 0  # each read is told once
     # a generation that does not keep the cache says nothing of a read before it
@@ -204,7 +208,10 @@ def test_a_short_input_is_left_to_the_send_and_a_stop_ends_the_read_between_pass
     cached = list(engine.decoder.target.ids)
     short = engine.encode_chat(_chat("the cat sat on the mat"))
     assert len(short) - 1 - len(common_prefix(cached, short)) < PROMPT_READ_MIN
+    draft = engine.proposer("lookup+draft").draft
+    seen = (list(draft.seq), draft.lm.length, list(draft.gaps))
     assert engine.read_prompt(short) == (0, 0.0) and engine.decoder.target.ids == cached  # nothing moved
+    assert (draft.seq, draft.lm.length, draft.gaps) == seen and engine._idle_read == (0, 0.0)
     asked = []
     stop = lambda: (asked.append(1), len(asked) > 2)[1]  # noqa: E731 -- asked before each pass: one goes
     long = engine.encode_chat(_chat(LONG))

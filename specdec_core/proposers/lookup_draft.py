@@ -43,6 +43,9 @@ class LookupDraftProposer:
     def read_backlog(self, stop=lambda: False) -> tuple[int, float]:
         return self.draft.read_backlog(stop)  # lookup reads nothing
 
+    def read_prompt(self, ids: list[int], stop=lambda: False, least: int = 1) -> tuple[int, float]:
+        return self.draft.read_prompt(ids, stop, least)  # lookup reads nothing
+
     def unread(self, ids: list[int]) -> int:
         return self.draft.unread(ids)  # lookup reads nothing
 
