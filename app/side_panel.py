@@ -313,9 +313,9 @@ def _summary_bits(stats: Stats) -> list[str]:
     if stats.prompt_read_ahead_tokens:  # Engine.read_prompt: done while the user wrote, not in the time above
         bits.append(f"{stats.prompt_read_ahead_tokens} prompt tokens read while you wrote "
                     f"({stats.prompt_read_ahead_seconds:.2f} s, not in this answer's time)")
-    if stats.idle_read_tokens:  # Engine.read_ahead: done while the user typed, not in the time above
+    if stats.idle_read_tokens:  # Engine.read_ahead and read_prompt: done while nothing ran, not in the time above
         n = stats.idle_read_tokens
-        bits.append(f"draft read {n} skipped token{'' if n == 1 else 's'} between turns "
+        bits.append(f"draft read {n} token{'' if n == 1 else 's'} ahead while you read and wrote "
                     f"({stats.idle_read_seconds:.2f} s, not in this answer's time)")
     if figures.speculative(stats) and stats.proposer:
         bits.append(f"proposer {stats.proposer}")
