@@ -257,9 +257,9 @@ class Engine:
         -> the target's (tokens read, seconds); the next generation's Stats carry them
         (prompt_read_ahead_*) and the draft's read (idle_read_*, as Engine.read_ahead's)."""
         read, seconds = self._target_reads(prompt, stop)
-        name = self._last_proposer or DEFAULT_PROPOSER
-        prop = self.proposer(name) if self.draft is not None or name != DEFAULT_PROPOSER else None
-        draft_read = getattr(prop, "read_prompt", None)
+        # the proposer the next answer most likely uses: the last speculative one's, else the default
+        name = self._last_proposer or (DEFAULT_PROPOSER if self.draft is not None else None)
+        draft_read = getattr(self.proposer(name), "read_prompt", None) if name is not None else None
         if draft_read is not None and not stop():
             tokens, took = draft_read(prompt, stop, PROMPT_READ_MIN)
             self._idle_read = (self._idle_read[0] + tokens, self._idle_read[1] + took)
@@ -300,9 +300,10 @@ class Engine:
 
     def read_template_head(self) -> int:
         """Read the template's head into the target's cache and the draft model of the default
-        proposer and of any other built so far (each reset to it), so that a session's first chat starts where every later one does (the app's
-        worker, after loading; ~0.15 s on the embedded pair on a 2-core CPU, paid while the
-        window shows the load finishing instead of in the first answer). Returns the tokens read."""
+        proposer and of any other built so far (each reset to it), so that a session's first chat
+        starts where every later one does (the app's worker, after loading; ~0.15 s on the
+        embedded pair on a 2-core CPU, paid while the window shows the load finishing instead of
+        in the first answer; the bench, before a message it reads ahead). Returns the tokens read."""
         head = self.template_head
         if not head:
             return 0
