@@ -309,7 +309,8 @@ def _summary_bits(stats: Stats) -> list[str]:
         bits.append(f"{stats.target_forward_passes} steps, {stats.plain_steps} plain")
     earlier = stats.reused_prompt_tokens - stats.prompt_read_ahead_tokens
     if earlier > 0:
-        bits.append(f"{earlier} prompt tokens reused from the last turn")
+        # a later turn's chat so far, or a new chat's template head (left by the chat before it)
+        bits.append(f"{earlier} prompt tokens already cached")
     if stats.prompt_read_ahead_tokens:  # Engine.read_prompt: done while the user wrote, not in the time above
         bits.append(f"{stats.prompt_read_ahead_tokens} prompt tokens read while you wrote "
                     f"({stats.prompt_read_ahead_seconds:.2f} s, not in this answer's time)")

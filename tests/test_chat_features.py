@@ -437,7 +437,9 @@ def test_the_target_reads_a_long_attachment_while_the_question_is_written(qtbot,
     send_and_wait(qtbot, win)
     stats = win.chats.messages[-1].figures.stats
     assert stats.prompt_read_ahead_tokens > 150 and stats.reused_prompt_tokens >= stats.prompt_read_ahead_tokens
-    assert f"{stats.prompt_read_ahead_tokens} prompt tokens read while you wrote" in win.side_panel.summary.text()
+    summary = win.side_panel.summary.text()
+    assert f"{stats.prompt_read_ahead_tokens} prompt tokens read while you wrote" in summary
+    assert f"{stats.reused_prompt_tokens - stats.prompt_read_ahead_tokens} prompt tokens already cached" in summary
 
 
 def test_no_input_is_read_ahead_while_an_answer_is_written(qtbot, make_window):
