@@ -487,7 +487,7 @@ def test_a_client_that_leaves_while_waiting_leaves_the_line(engine):
 
 
 # -- load -------------------------------------------------------------------------------------------
-def test_load_200_requests_from_8_clients(server, engine):
+def test_load_200_requests_from_8_clients(server, served, engine):
     """Bounded: 200 short greedy requests, 8 at a time -- chat and completions, streamed and not,
     so prompts are tokenized while another answer decodes. Every answer is its own prompt's (the
     engine's own answer, computed beforehand), none lost; the only refusal allowed is 429
@@ -499,7 +499,7 @@ def test_load_200_requests_from_8_clients(server, engine):
     expect = {}
     for p in prompts:
         ids = p if isinstance(p, list) else engine.encode_prompt(p)
-        gen = engine.generate(ids, DecodeSettings(max_new_tokens=8)).run()
+        gen = served.generate(ids, DecodeSettings(max_new_tokens=8)).run()  # in its turn (conftest: served)
         expect[str(p)] = (gen.token_ids, gen.text, len(ids))
     results, statuses = {}, []
 
