@@ -354,7 +354,10 @@ class Worker(QObject):
             job, self._prompt_job = self._prompt_job, None
             stale = job is None or job.generations_asked != self._generations_asked
         read = getattr(self.engine, "read_prompt", None)
-        if stale or read is None or self._waiting.any():
+        if stale or read is None:
+            return
+        self._waiting.stopped = False  # a stop from before this point was for an answer, as in _read_ahead
+        if self._waiting.any():
             return
         try:
             fit = self.engine.fit(job.messages, job.max_new_tokens, job.dropped)
