@@ -427,7 +427,7 @@ def test_read_while_writing_reads_a_message_up_to_its_question_before_the_send(p
     assert bench(pair, prompts, out, "--draft-tokens", "default", "--lookup-tokens", "none", "--repeats", "2",
                  "--read-while-writing") == 0
     rep = json.loads((out / "report.json").read_text())
-    assert "--read-while-writing" in rep["command"] and rep["settings"]["before_the_send"].startswith("the target reads")
+    assert "--read-while-writing" in rep["command"] and rep["settings"]["before_the_send"].startswith("the target and the draft read")
     head = int(re.fullmatch(r"template head cached \((\d+) tokens\)", rep["settings"]["first_turns"]).group(1))
     for r in rep["rows"]:
         assert r["identical_to_standard"] is True

@@ -152,6 +152,37 @@ def test_a_queued_engine_reads_only_while_the_line_is_empty_and_stops_when_someo
     assert queue.turns == 2  # the two requests: the read is not a served turn
 
 
+def test_a_queued_engine_reads_an_input_ahead_only_in_a_turn_of_its_own():
+    """QueuedEngine.read_prompt (the app's chat while it serves its models), as read_ahead: no turn
+    while someone holds or waits for one; a request that joins stops it."""
+    queue = DecodeQueue(4)
+    asked = []
+
+    class Inner:
+        def read_prompt(self, prompt, stop):
+            asked.append(list(prompt))
+            while not stop():
+                time.sleep(0.005)
+            return len(prompt), 0.5
+
+    engine = QueuedEngine(Inner(), queue)
+    held = queue.join()
+    assert queue.wait(held) and engine.read_prompt([1, 2, 3]) == (0, 0.0) and asked == []
+    queue.release()
+    assert engine.read_prompt("a server's text prompt") == (0, 0.0) and asked == []  # ids only
+    got = []
+    reader = threading.Thread(target=lambda: got.append(engine.read_prompt([1, 2, 3])))
+    reader.start()
+    deadline = time.monotonic() + 10
+    while not asked and time.monotonic() < deadline:
+        time.sleep(0.005)
+    ticket = queue.join()
+    assert queue.wait(ticket)
+    reader.join(10)
+    assert got == [(3, 0.5)] and asked == [[1, 2, 3]]
+    queue.release()
+
+
 def test_a_server_s_engine_reads_after_a_speculative_answer_and_not_after_a_standard_one():
     engine = _engine(first_read_window=2)
     queue = DecodeQueue(4)

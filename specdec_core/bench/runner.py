@@ -43,10 +43,10 @@ measures later turns without it, as a client that sends its turns back to back g
 
 `read_while_writing` (`specdec bench --read-while-writing`): a single-turn prompt's message up to
 its last paragraph -- the document, code or text the question under it is about -- is read by
-the target before the send (Engine.read_prompt), in our modes, from caches that hold the
-template's head only: what the app does while the user writes the question under an attachment.
-The read is not in the send's time (no user waits for it) and is recorded beside it
-(prompt_read_ahead_seconds, prompt_read_ahead_tokens); the draft reads at the send, as without it.
+the target and then the draft before the send (Engine.read_prompt), in our modes, from caches
+that hold the template's head only: what the app does while the user writes the question under
+an attachment. The reads are not in the send's time (no user waits for them) and are recorded
+beside it (the target's prompt_read_ahead_seconds and _tokens, the draft's in idle_read_*).
 """
 
 from __future__ import annotations

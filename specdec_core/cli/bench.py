@@ -203,8 +203,8 @@ def _run_local(args) -> int:
                 "first_turns": "cold" if head is None else f"template head cached ({head} tokens)",
                 "between_turns": ("no read" if args.no_read_ahead or not hasattr(engine, "read_ahead") else
                                   "the draft reads what it skipped (not in the turns' time)"),
-                "before_the_send": ("the target reads the message up to its last paragraph (not in the send's time)"
-                                    if writing else "nothing read")}
+                "before_the_send": ("the target and the draft read the message up to its last paragraph "
+                                    "(not in the send's time)" if writing else "nothing read")}
     report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
                           command_line(args), args.note, time.perf_counter() - started, skipped)
     write_report(plan.out, report)

@@ -213,22 +213,22 @@ class QueuedEngine:
     def read_ahead(self, stop=lambda: False) -> tuple[int, float]:
         """The inner engine's read_ahead in a turn of its own, only while the line is empty: it
         takes no turn when someone holds or waits for one, and stops when someone joins."""
-        read = getattr(self.inner, "read_ahead", None)
+        return self._idle_turn(getattr(self.inner, "read_ahead", None), stop)
+
+    def read_prompt(self, prompt: Prompt, stop=lambda: False) -> tuple[int, float]:
+        """The inner engine's read_prompt, as read_ahead (the app's chat while it serves its models)."""
+        read = getattr(self.inner, "read_prompt", None)
+        if read is None or not isinstance(prompt, list):
+            return 0, 0.0
+        return self._idle_turn(lambda until: read(prompt, until), stop)
+
+    def _idle_turn(self, read, stop) -> tuple[int, float]:
+        """read(until) in a turn of its own, taken only while the line is empty; `until` is true
+        once `stop` is or someone joins the line. (0, 0.0) when there is no read or no turn."""
         if read is None or not self.queue.try_turn():
             return 0, 0.0
         try:
             return read(lambda: stop() or self.queue.waiting > 0)
-        finally:
-            self.queue.release()
-
-    def read_prompt(self, prompt: Prompt, stop=lambda: False) -> tuple[int, float]:
-        """The inner engine's read_prompt, as read_ahead: in a turn of its own, only while the
-        line is empty, stopping when someone joins (the app's chat while it serves its models)."""
-        read = getattr(self.inner, "read_prompt", None)
-        if read is None or not isinstance(prompt, list) or not self.queue.try_turn():
-            return 0, 0.0
-        try:
-            return read(prompt, lambda: stop() or self.queue.waiting > 0)
         finally:
             self.queue.release()
 
