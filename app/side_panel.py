@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -59,6 +59,9 @@ def human_bytes(n: int | float | None) -> str:
     return f"{n:.1f} TB"
 
 
+MIN_WIDTH = 300  # px: the panel's width before anything in it asks for more
+
+
 class SidePanel(QScrollArea):
     settings_changed = Signal()
 
@@ -79,9 +82,26 @@ class SidePanel(QScrollArea):
         col.addWidget(self._models_box())
         col.addStretch(1)
         self.setWidget(body)
-        self.setMinimumWidth(300)
         self._mode_toggled(True)
         self.has_draft = True
+
+    # -- its width ------------------------------------------------------------------------
+    def minimumSizeHint(self) -> QSize:
+        """As wide as what it shows needs beside a vertical scroll bar: its figures and captions
+        take more room under the theme's stylesheet and once an answer has filled them, and a
+        fixed width cut them at the edge (300 px held 285 beside the bar, the figures needed 292)."""
+        hint = super().minimumSizeHint()
+        body = self.widget()
+        if body is None:
+            return hint
+        width = body.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth()
+        return QSize(max(width, MIN_WIDTH), hint.height())
+
+    def event(self, e) -> bool:
+        # what it shows changed its size (a longer figure, a line more): the splitter asks again
+        if e.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()
+        return super().event(e)
 
     # -- the sections ---------------------------------------------------------------------
     def _message_box(self) -> QGroupBox:

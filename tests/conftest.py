@@ -175,13 +175,17 @@ def make_window(qtbot, tmp_path):
     `request` -- by default tiny models built in the worker thread (app_fixtures.tiny_factory) --
     and `win.sig`, its worker's signals relayed into the GUI thread. Shut down after the test."""
     from app.main_window import MainWindow
-    from app.theme import Theme
+    from app.theme import Theme, apply_theme
     from app.worker import LoadRequest
     from app_fixtures import relay, tiny_factory
+    from PySide6.QtWidgets import QApplication
 
     made = []
 
     def make(data_dir=None, request=None, load=True, max_new=12):
+        # the app's own look (style, palette, stylesheet) as `specdec-chat` sets it before its window:
+        # sizes under it are what users see, and a test that switched the theme leaves no other
+        apply_theme(QApplication.instance(), "light")
         win = MainWindow(data_dir or tmp_path / "data", Theme(False), request or LoadRequest(factory=tiny_factory()))
         qtbot.addWidget(win)
         win.sig = relay(win.worker)

@@ -335,6 +335,9 @@ def test_the_side_panel_shows_the_engines_figures_live_and_final(qtbot, make_win
                       p.m_tau.value.text(), p.m_plain.value.text()))
 
     win.sig.tokens.connect(on_tokens)
+    win.resize(1360, 860)  # the window's default size, shown before the figures fill the panel
+    win.show()
+    qtbot.waitExposed(win)
     send_and_wait(qtbot, win, "is the cat on the mat")
     assert len(shown) >= 2
     for stats, speed, e2e, alpha, tau, plain in shown:
@@ -352,11 +355,9 @@ def test_the_side_panel_shows_the_engines_figures_live_and_final(qtbot, make_win
     meta = win.page.chat_view.messages[-1].meta_label.text()
     assert f"{final.decode_tokens_per_second:.1f} tok/s decode" in meta
     assert f"{final.tokens_per_second:.1f} tok/s end-to-end" in meta and "plain steps" in meta
-    # everything the panel shows fits it at the window's default width: nothing cut at its edge
-    win.resize(1360, 860)
-    win.show()
-    qtbot.waitExposed(win)
-    assert p.widget().minimumSizeHint().width() <= p.viewport().width()
+    # everything the panel shows fits it at the window's default width, under the app's theme (the
+    # fixture's), once the answer has filled it: nothing cut at its edge
+    qtbot.waitUntil(lambda: p.widget().minimumSizeHint().width() <= p.viewport().width(), timeout=2000)
 
 
 def test_the_models_box_lists_the_load_notes(qtbot, make_window, tmp_path):
