@@ -356,29 +356,35 @@ class Worker(QObject):
         read = getattr(self.engine, "read_prompt", None)
         if stale or read is None:
             return
-        self._waiting.stopped = False  # a stop from before this point was for an answer, as in _read_ahead
-        if self._waiting.any():
-            return
-        try:
-            fit = self.engine.fit(job.messages, job.max_new_tokens, job.dropped)
-            if fit.fits and isinstance(fit.prompt, list):
-                tokens, seconds = read(fit.prompt, lambda: self._waiting.any() or self._prompt_job is not None)
-                if tokens:
-                    self.prompt_read.emit(tokens, seconds)
-        except Exception:  # noqa: BLE001 -- only a head start: the send reads what this did not
-            traceback.print_exc()
+        self._idle_read(lambda: self._read_fitted(job, read))
+
+    def _read_fitted(self, job, read) -> None:
+        """The prompt the input would send, read by the engine; stopped by new work or a newer input."""
+        fit = self.engine.fit(job.messages, job.max_new_tokens, job.dropped)
+        if fit.fits and isinstance(fit.prompt, list):
+            tokens, seconds = read(fit.prompt, lambda: self._waiting.any() or self._prompt_job is not None)
+            if tokens:
+                self.prompt_read.emit(tokens, seconds)
 
     def _read_ahead(self) -> None:
         """After an answer, while this thread would otherwise wait: the draft reads what it
         skipped of the conversation (Engine.read_ahead), until done or until new work is
         queued. Only a speed-up for the next turn: a failure here loses nothing."""
         read = getattr(self.engine, "read_ahead", None)
-        self._waiting.stopped = False  # a stop from before this point was for the answer
-        if read is None or self._waiting.any():
+        if read is not None:
+            self._idle_read(lambda: read(self._waiting.any))
+
+    def _idle_read(self, read) -> None:
+        """Begin a read while this thread would otherwise wait (the input's, or the backlog's
+        after an answer): a stop asked before this point was for an answer, so it is forgotten;
+        new work already queued keeps the read off. Only a head start: a failure loses nothing
+        (the next send or turn reads what this did not)."""
+        self._waiting.stopped = False
+        if self._waiting.any():
             return
         try:
-            read(self._waiting.any)
-        except Exception:  # noqa: BLE001 -- the next turn reads what this did not
+            read()
+        except Exception:  # noqa: BLE001 -- a head start only
             traceback.print_exc()
 
 
