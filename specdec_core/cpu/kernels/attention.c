@@ -103,6 +103,18 @@ static void attention_rows(const sd_model* m, const float* q, const float* kc, c
 /* ---------------------------------------------------------------- x86: the heads of a group together */
 #if defined(__AVX2__)
 
+/* Keys this far ahead are prefetched in both loops over keys: a row's keys and values stream
+   from L3 or memory, and a key's ~150 instructions of products leave the core's out-of-order
+   window too short to have the next keys' lines in flight by itself -- one row at 2,048 tokens
+   spent 12 ms a pass here where a plain read of its 117 MB takes 3-5 (speed notes, item 104).
+   A hint: it moves no number. */
+#define SD_ATT_PREFETCH 16
+
+/* the cache lines of `bytes` bytes from p: a hint, never a fault (nor a number moved) */
+SD_INLINE void prefetch_lines(const float* p, int bytes) {
+  for (int c = 0; c < bytes; c += 64) _mm_prefetch((const char*)p + c, _MM_HINT_T0);
+}
+
 /* lane i of the result: the tree8 of a[i]'s 8 lanes, ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)),
    for 8 vectors at once (lanes 0-3 from a[0..3], 4-7 from a[4..7]) */
 SD_INLINE __m256 tree8_x8(const __m256 a[8]) {
@@ -157,6 +169,7 @@ SD_INLINE void scores_range(const int NQ, const int64_t hkv, const int nb, const
      loop's, in its order */
   for (; paired && j + 4 <= j1; j += 4) {
     const float* k0 = kbase + j * hkv;
+    for (int p = 0; p < 4; p++) prefetch_lines(k0 + (SD_ATT_PREFETCH + p) * hkv, nb * 32);
     __m512 acc0[8], acc1[8];
     for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -191,6 +204,7 @@ SD_INLINE void scores_range(const int NQ, const int64_t hkv, const int nb, const
   const __m256 scale = _mm256_set1_ps(scale_f);
   for (; j < j1; j++) {
     const float* kj = kbase + j * hkv;
+    prefetch_lines(kj + SD_ATT_PREFETCH * hkv, nb * 32);
     __m256 acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -303,6 +317,7 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
           for (int c = 0; c < BP; c++) o[i][c] = jb == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part[r][i][c]);
         const float* sr = s + r * sstride;
         for (int64_t jj = jb; jj < j1; jj++) {
+          prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, BP * 64);
           __m512 vb[4];
           for (int c = 0; c < BP; c++) vb[c] = _mm512_loadu_ps(vbase + jj * hkv + 8 * (b + 2 * c));
           const float* pj = sr + 8 * jj;
@@ -330,6 +345,7 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
         for (int i = 0; i < 8; i++) o[i] = jb == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part[r][i][0]);
         const float* sr = s + r * sstride;
         for (int64_t jj = jb; jj < j1; jj++) {
+          prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
           const __m512 vb = _mm512_loadu_ps(vbase + jj * hkv + 8 * b);
           const float* pj = sr + 8 * jj;
           for (int i = 0; i < NQ; i++) o[i] = _mm512_add_ps(o[i], _mm512_mul_ps(_mm512_set1_ps(pj[i]), vb));
@@ -342,6 +358,39 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
         }
       }
 #endif
+  /* 256 bits: two blocks a sweep where their accumulators fit the 16 registers (NQ <= 6: 12,
+     two values and a broadcast), so the values are swept nb / 2 times instead of nb; each
+     element's sum over j is the one below, in its order */
+  if (NQ <= 6)
+    for (; b + 2 <= nb; b += 2)
+      for (int64_t jb = 0; jb < Lend; jb += KB)
+        for (int r = 0; r < nr; r++) {
+          const int64_t L = start + t0 + r + 1, j1 = jb + KB < L ? jb + KB : L;
+          if (jb >= L) continue;
+          __m256 o[6][2];
+          for (int i = 0; i < NQ; i++)
+            for (int c = 0; c < 2; c++) o[i][c] = jb == 0 ? _mm256_setzero_ps() : _mm256_load_ps(&part[r][i][c][0]);
+          const float* sr = s + r * sstride;
+          for (int64_t jj = jb; jj < j1; jj++) {
+            prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
+            const __m256 vb0 = _mm256_loadu_ps(vbase + jj * hkv + 8 * b), vb1 = _mm256_loadu_ps(vbase + jj * hkv + 8 * b + 8);
+            const float* pj = sr + 8 * jj;
+            for (int i = 0; i < NQ; i++) {
+              const __m256 pi = _mm256_broadcast_ss(pj + i);
+              o[i][0] = _mm256_add_ps(o[i][0], _mm256_mul_ps(pi, vb0));
+              o[i][1] = _mm256_add_ps(o[i][1], _mm256_mul_ps(pi, vb1));
+            }
+          }
+          if (j1 < L) {
+            for (int i = 0; i < NQ; i++)
+              for (int c = 0; c < 2; c++) _mm256_store_ps(&part[r][i][c][0], o[i][c]);
+          } else {
+            for (int i = 0; i < nq; i++)
+              for (int c = 0; c < 2; c++)
+                _mm256_storeu_ps(att + ((t0 + r) * H + h0 + i) * hd + 8 * (b + c),
+                                 _mm256_div_ps(o[i][c], _mm256_set1_ps(sums[r][i])));
+          }
+        }
   for (; b < nb; b++)
     for (int64_t jb = 0; jb < Lend; jb += KB)
       for (int r = 0; r < nr; r++) {
@@ -351,6 +400,7 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
         for (int i = 0; i < 8; i++) o[i] = jb == 0 ? _mm256_setzero_ps() : _mm256_load_ps(&part[r][i][0][0]);
         const float* sr = s + r * sstride;
         for (int64_t jj = jb; jj < j1; jj++) {
+          if (!(b & 1)) prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
           const __m256 vb = _mm256_loadu_ps(vbase + jj * hkv + 8 * b);
           const float* pj = sr + 8 * jj;
           for (int i = 0; i < NQ; i++) o[i] = _mm256_add_ps(o[i], _mm256_mul_ps(_mm256_broadcast_ss(pj + i), vb));
@@ -383,9 +433,11 @@ static void attention_tiles(const sd_model* m, const float* q, const float* kc, 
   const int group = m->n_heads / m->n_kv_heads, per = (group + 7) / 8; /* tiles of <= 8 heads a group */
   /* rows a group: one while a key-value head's keys and values fit a quarter of an L2 of 2 MB
      (they stay there from row to row: grouping gained nothing there, measured); past that as
-     many as keep two items a thread (a 9-row verification on 16 threads still spreads), at most
-     SD_ATT_ROWS. How the rows are grouped moves no number. */
-  int64_t R = T * m->n_kv_heads * per / (2 * (int64_t)nt);
+     many as keep an item a thread (a 9-row verification on 16 threads still spreads), at most
+     SD_ATT_ROWS: with the keys prefetched the reads, not the balance, were what two items a
+     thread cost (2 threads, 2,048 tokens: a 2-row pass 13.4 -> 9.7 ms, 4 rows 19.4 -> 16.4;
+     speed notes, item 104). How the rows are grouped moves no number. */
+  int64_t R = T * m->n_kv_heads * per / (int64_t)nt;
   R = L_max * m->head_dim * 2 * (int64_t)sizeof(float) <= (512 << 10) ? 1 : R < 1 ? 1 : R > SD_ATT_ROWS ? SD_ATT_ROWS : R;
   const int64_t row_groups = (T + R - 1) / R, items = row_groups * m->n_kv_heads * per;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
