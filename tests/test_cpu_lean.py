@@ -95,8 +95,8 @@ def test_attention_is_the_reference_on_every_build(tmp_path, tok, heads, kv_head
     head at a time -- a prefill of 150 rows (odd and even lengths, past one chunk), then 1 and 9
     more, on 1, 2 and 3 threads (which group the rows differently). Head widths 64 and 128 are
     the embedded pair's (the 512-bit build's several blocks of values a sweep, the 256-bit
-    builds' two for groups of up to 6 heads); at 128 the
-    prefill is 630 rows, so that its last chunks and the 9 rows attend in groups."""
+    builds' two for groups of up to 6 heads); at 128 the prefill is 630 rows, so that its last
+    chunks and the 9 rows attend in groups."""
     from specdec_core.cpu import abi, build
     from test_cpu_kernel import SIMD
 
