@@ -110,11 +110,6 @@ static void attention_rows(const sd_model* m, const float* q, const float* kc, c
    A hint: it moves no number. */
 #define SD_ATT_PREFETCH 16
 
-/* the cache lines of `bytes` bytes from p: a hint, never a fault (nor a number moved) */
-SD_INLINE void prefetch_lines(const float* p, int bytes) {
-  for (int c = 0; c < bytes; c += 64) _mm_prefetch((const char*)p + c, _MM_HINT_T0);
-}
-
 /* lane i of the result: the tree8 of a[i]'s 8 lanes, ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)),
    for 8 vectors at once (lanes 0-3 from a[0..3], 4-7 from a[4..7]) */
 SD_INLINE __m256 tree8_x8(const __m256 a[8]) {
@@ -169,7 +164,7 @@ SD_INLINE void scores_range(const int NQ, const int64_t hkv, const int nb, const
      loop's, in its order */
   for (; paired && j + 4 <= j1; j += 4) {
     const float* k0 = kbase + j * hkv;
-    for (int p = 0; p < 4; p++) prefetch_lines(k0 + (SD_ATT_PREFETCH + p) * hkv, nb * 32);
+    for (int p = 0; p < 4; p++) sd_prefetch(k0 + (SD_ATT_PREFETCH + p) * hkv, nb * 32);
     __m512 acc0[8], acc1[8];
     for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -204,7 +199,7 @@ SD_INLINE void scores_range(const int NQ, const int64_t hkv, const int nb, const
   const __m256 scale = _mm256_set1_ps(scale_f);
   for (; j < j1; j++) {
     const float* kj = kbase + j * hkv;
-    prefetch_lines(kj + SD_ATT_PREFETCH * hkv, nb * 32);
+    sd_prefetch(kj + SD_ATT_PREFETCH * hkv, nb * 32);
     __m256 acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
@@ -317,7 +312,7 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
           for (int c = 0; c < BP; c++) o[i][c] = jb == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part[r][i][c]);
         const float* sr = s + r * sstride;
         for (int64_t jj = jb; jj < j1; jj++) {
-          prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, BP * 64);
+          sd_prefetch(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, BP * 64);
           __m512 vb[4];
           for (int c = 0; c < BP; c++) vb[c] = _mm512_loadu_ps(vbase + jj * hkv + 8 * (b + 2 * c));
           const float* pj = sr + 8 * jj;
@@ -345,7 +340,7 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
         for (int i = 0; i < 8; i++) o[i] = jb == 0 ? _mm512_setzero_ps() : _mm512_load_ps(part[r][i][0]);
         const float* sr = s + r * sstride;
         for (int64_t jj = jb; jj < j1; jj++) {
-          prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
+          sd_prefetch(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
           const __m512 vb = _mm512_loadu_ps(vbase + jj * hkv + 8 * b);
           const float* pj = sr + 8 * jj;
           for (int i = 0; i < NQ; i++) o[i] = _mm512_add_ps(o[i], _mm512_mul_ps(_mm512_set1_ps(pj[i]), vb));
@@ -372,7 +367,7 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
             for (int c = 0; c < 2; c++) o[i][c] = jb == 0 ? _mm256_setzero_ps() : _mm256_load_ps(&part[r][i][c][0]);
           const float* sr = s + r * sstride;
           for (int64_t jj = jb; jj < j1; jj++) {
-            prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
+            sd_prefetch(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
             const __m256 vb0 = _mm256_loadu_ps(vbase + jj * hkv + 8 * b), vb1 = _mm256_loadu_ps(vbase + jj * hkv + 8 * b + 8);
             const float* pj = sr + 8 * jj;
             for (int i = 0; i < NQ; i++) {
@@ -400,7 +395,7 @@ SD_INLINE void attend_group_n(const int NQ, const sd_model* m, const float* q, c
         for (int i = 0; i < 8; i++) o[i] = jb == 0 ? _mm256_setzero_ps() : _mm256_load_ps(&part[r][i][0][0]);
         const float* sr = s + r * sstride;
         for (int64_t jj = jb; jj < j1; jj++) {
-          if (!(b & 1)) prefetch_lines(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
+          if (!(b & 1)) sd_prefetch(vbase + (jj + SD_ATT_PREFETCH) * hkv + 8 * b, 64);
           const __m256 vb = _mm256_loadu_ps(vbase + jj * hkv + 8 * b);
           const float* pj = sr + 8 * jj;
           for (int i = 0; i < NQ; i++) o[i] = _mm256_add_ps(o[i], _mm256_mul_ps(_mm256_broadcast_ss(pj + i), vb));

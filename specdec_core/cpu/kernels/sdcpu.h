@@ -202,6 +202,15 @@ SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
   }
 }
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* the cache lines of n bytes at p, on their way to L1: a hint, never a fault, no number moved
+   (the interleaved matmuls' next blocks, x8_x86.h; attention's keys ahead, attention.c) */
+SD_INLINE void sd_prefetch(const void* p, size_t n) {
+  for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T0);
+}
+#endif
+
 /* -- the type traits: everything the kernel does with one block type, in one table (quants.c's
    type_traits, indexed by the type id; the shape of llama.cpp's ggml-cpu type_traits_cpu). A
    type the table has no entry for is refused with SD_EUNSUPPORTED by every entry point: no

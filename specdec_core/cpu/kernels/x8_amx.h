@@ -295,8 +295,8 @@ SD_INLINE void amx_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   for (int64_t i = 0; i < M * 16; i++) acc[i] = 0.0f;
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *b0 = g0 + b * xb, *b1 = g1 + b * xb;
-    x_prefetch(b0 + xb, xb);
-    x_prefetch(b1 + xb, xb);
+    sd_prefetch(b0 + xb, xb);
+    sd_prefetch(b1 + xb, xb);
     if (TYPE == SD_Q4_K)
       amx_decode_q4_K((const x8_q4_K*)b0, (const x8_q4_K*)b1, &f, &mt);
     else

@@ -114,12 +114,6 @@ SD_INLINE xvf xf_pair(__m256 lo, __m256 hi) { (void)hi; return lo; }
 #define X_KEEP(v) SD_KEEP(v)
 #endif
 
-/* the cache lines of n bytes at p, on their way to L1 (a pass of many rows is compute-bound
-   on each block: the next one's bytes arrive while this one's products run) */
-SD_INLINE void x_prefetch(const void* p, size_t n) {
-  for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T0);
-}
-
 /* 4 activation codes at p, in every lane (a broadcast load) */
 SD_INLINE xvi xv_bcast4(const int8_t* p) {
   int32_t v;
@@ -375,7 +369,7 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   for (int64_t b = 0; b < nb; b++) {
     for (int gi = 0; gi < XG; gi++) { /* a missing second group: the first again, its lanes unused */
       const uint8_t* blk = (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb;
-      x_prefetch(blk + xb, xb); /* the next block (past the group's last: the next group's first) */
+      sd_prefetch(blk + xb, xb); /* the next block (past the group's last: the next group's first) */
       kx8_decode(TYPE, blk, &s, gi);
     }
     for (int64_t m0 = 0; m0 < M; m0 += X_ROWS) {
@@ -551,7 +545,7 @@ SD_INLINE void kx8_direct_group(const int TYPE, const int R, const sd_mat* w, co
   const uint8_t* base = (const uint8_t*)w->data + g * nb * xb;
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; b++) {
-    x_prefetch(base + (b + 2) * xb, xb); /* two blocks ahead: a block of a few rows takes less than a miss */
+    sd_prefetch(base + (b + 2) * xb, xb); /* two blocks ahead: a block of a few rows takes less than a miss */
     kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, a->sums + b * 16, ns, a->d + b, nb, acc);
   }
 #pragma GCC unroll 4
@@ -634,7 +628,7 @@ SD_INLINE void bx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
     __m256 dg[XG];
     for (int gi = 0; gi < XG; gi++) {
       const uint8_t* blk = (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb;
-      x_prefetch(blk + 4 * xb, xb); /* four blocks ahead: 144-272 bytes each */
+      sd_prefetch(blk + 4 * xb, xb); /* four blocks ahead: 144-272 bytes each */
       bx8_codes(TYPE, blk, cg[gi]);
       dg[gi] = h8((const uint16_t*)blk); /* d[8] leads every x8 block of these types */
     }
@@ -694,7 +688,7 @@ SD_INLINE void bx8_one_row_q4_0(const sd_mat* w, const sd_act* a, int64_t g, flo
       const int64_t b = b0 + j;
       if (b >= nb) break;
       const x8_q4_0* blk = (const x8_q4_0*)(base + b * sizeof(x8_q4_0));
-      x_prefetch((const uint8_t*)blk + 16 * sizeof(x8_q4_0), sizeof(x8_q4_0));
+      sd_prefetch((const uint8_t*)blk + 16 * sizeof(x8_q4_0), sizeof(x8_q4_0));
       const int8_t* x = a->qs + 32 * b;
       __m256i t = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -736,7 +730,7 @@ SD_INLINE void bx8_two_rows_q4_0(const sd_mat* w, const sd_act* a, int64_t g, fl
       const int64_t b = b0 + j;
       if (b >= nb) break;
       const x8_q4_0* blk = (const x8_q4_0*)(base + b * sizeof(x8_q4_0));
-      x_prefetch((const uint8_t*)blk + 16 * sizeof(x8_q4_0), sizeof(x8_q4_0));
+      sd_prefetch((const uint8_t*)blk + 16 * sizeof(x8_q4_0), sizeof(x8_q4_0));
       __m256i t0 = _mm256_setzero_si256(), t1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
       for (int k = 0; k < 4; k++) {
