@@ -16,7 +16,8 @@ replayed in milliseconds with a cost model of this machine's passes.
           the draft's read per token, the target's prefill per row).
 
     python scripts/controller_replay.py record --split tuning --out /tmp/rec [--categories a,b]
-    python scripts/controller_replay.py replay /tmp/rec [--costs vnni|avx2]
+    python scripts/controller_replay.py replay /tmp/rec [--costs vnni|avx2|vnni-rows|...] [--budget 256]
+    python scripts/controller_replay.py oracle /tmp/rec [--costs ...]   (the ceiling: see oracle_one)
 
 Approximations (say so beside any figure): after the draft's first disagreement in a step the
 picks it would go on proposing are not recorded (their probabilities are taken as 0.5: they only
@@ -40,6 +41,15 @@ FIRST_READ = 128
 COSTS = {
     "vnni": dict(base=0.052, per_ctx=0.000016, row=0.16, draft=0.30, read=0.032, prefill_row=0.0051, prefill_quad=0.000003),
     "avx2": dict(base=0.060, per_ctx=0.000018, row=0.22, draft=0.35, read=0.04, prefill_row=0.006, prefill_quad=0.0000035),
+    # the Intel VM on 2026-12-07 (passbench at context 256, avx512vnni build, medians; speed notes
+    # item 105): a pass of n rows in one-row steps, v[n - 1]
+    "vnni-rows": dict(base=0.0489, per_ctx=0.000016, row=0.10, draft=0.26, read=0.037, prefill_row=0.0061,
+                      prefill_quad=0.000003, rows=[1.0, 1.08, 1.15, 1.22, 1.36, 1.44, 1.52, 1.60, 1.76, 1.88, 2.0,
+                                                   2.11, 2.21, 2.31, 2.42, 2.52, 2.71]),
+    # the same VM and sitting, the avx2 build
+    "avx2-rows": dict(base=0.0532, per_ctx=0.000018, row=0.13, draft=0.24, read=0.053, prefill_row=0.0099,
+                      prefill_quad=0.0000035, rows=[1.0, 1.05, 1.15, 1.24, 1.50, 1.62, 1.74, 1.86, 2.04, 2.24, 2.44,
+                                                    2.63, 2.78, 2.93, 3.09, 3.24, 3.42]),
     # the 2-core AMD Zen 5 VM after speed notes items 62-63 (avx512vnni kernel): a one-row step is
     # memory-bound and fast, so a verification's cost is not linear in its rows -- v[n] is a pass
     # of n rows in one-row steps (measured at context 200; speed notes item 64)
@@ -101,7 +111,7 @@ def record(args) -> None:
 
 
 def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_window: int = FIRST_READ,
-               catchup_window: int = 16) -> dict:
+               catchup_window: int = 16, peek: int = 0) -> dict:
     """One recorded answer through the decoder's loop with the real controller and lookup index:
     (standard seconds, speculative seconds, both with the prefill, and the prefill)."""
     from specdec_core.adaptive import AdaptiveDraftLength, StepOutcome
@@ -136,11 +146,25 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
         source, tokens, match, expected, catch_s, catch_n, draft_s = "", [], 0, None, 0.0, 0, 0.0
         if plan is not None and not plan.empty:
             found = lookup.propose(ids, plan, None, None)
-            if found.tokens:
-                source, tokens, match = LOOKUP, list(found.tokens), found.match
+            if found.tokens and plan.draft > 0 and peek and found.match <= peek:
+                # (a lever replayed, not in the decoder: speed notes item 105) the draft's first
+                # pick judges a short match: the same token, lookup copies on (the draft paid one
+                # token and its catch-up); another, the draft's run goes on from that token
+                catch_n = unread
+                catch_s = unread * cost["read"] * plain(ctx)
+                if emitted < n and pick[emitted] == found.tokens[0]:
+                    draft_s = cost["draft"] * plain(ctx)
+                    seen, fresh = ctx, False
+                    found_tokens = list(found.tokens)
+                else:
+                    found_tokens = []
+            else:
+                found_tokens = list(found.tokens)
+            if found_tokens:
+                source, tokens, match = LOOKUP, found_tokens, found.match
             elif plan.draft > 0:
                 source, catch_n = DRAFT, unread
-                catch_s = unread * cost["read"] * plain(ctx)
+                catch_s = unread * cost["read"] * plain(ctx)  # (with a peek: the same read)
                 sure, expected, ok = 1.0, 0.0, True
                 for j in range(plan.draft):
                     pos = emitted + j
@@ -174,6 +198,70 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
     return dict(standard=standard, speculative=t, prefill=prefill, used=used, catch=catch_tokens)
 
 
+def oracle_one(rec: dict, cost: dict, budget: int = 128, k_max: int = 16, first_window: int = FIRST_READ) -> dict:
+    """The least time any controller could take for a recorded answer with this pair and these
+    costs: knowing the future, every step picks a plain step, lookup's copy or the draft's run and
+    its length (a dynamic program over the answer's positions). The draft pays its first read
+    once, if it is used at all; its catch-up reads inside the answer are taken as free, so this
+    is a ceiling, not a policy. (standard seconds, ceiling seconds, both with the prefill.)"""
+    from specdec_core.proposers.base import MATCH_MAX
+    from specdec_core.proposers.prompt_lookup import NgramIndex
+
+    prompt, ans, pick = rec["prompt"], rec["answer"], rec["draft_pick"]
+    n = min(len(ans), budget)
+
+    def plain(ctx: int) -> float:
+        return cost["base"] + cost["per_ctx"] * ctx
+
+    prefill = len(prompt) * (cost["prefill_row"] + cost["prefill_quad"] * len(prompt))
+    standard = prefill + sum(plain(len(prompt) + j) for j in range(1, n))
+    index = NgramIndex(MATCH_MAX, 1)
+    look = [(0, 0)] * (n + 1)  # at i tokens emitted: (tokens lookup has, how many of them are right)
+    for i in range(1, n):
+        index.sync(prompt + ans[:i])
+        cont, _ = index.continuation(k_max)
+        r = 0
+        while r < len(cont) and i + r < n and cont[r] == ans[i + r]:
+            r += 1
+        look[i] = (len(cont), r)
+    agree = [0] * (n + 1)  # how many draft picks from i on agree with the answer
+    for j in range(n - 1, 0, -1):
+        agree[j] = agree[j + 1] + 1 if pick[j] == ans[j] else 0
+
+    def best(with_draft: bool) -> float:
+        t = [0.0] * (n + 1)
+        for i in range(n - 1, 0, -1):
+            p = plain(len(prompt) + i)
+            options = [p + t[i + 1]]
+            have, right = look[i]
+            for k in range(1, min(have, k_max) + 1):
+                options.append(p * verify_cost(cost, k) + t[min(i + min(k, right) + 1, n)])
+            if with_draft:
+                for k in range(1, k_max + 1):
+                    options.append(p * (k * cost["draft"] + verify_cost(cost, k)) + t[min(i + min(k, agree[i]) + 1, n)])
+            t[i] = min(options)
+        return t[1]
+
+    read = min(first_window, len(prompt)) * cost["read"] * plain(len(prompt))
+    return dict(standard=standard, ceiling=prefill + min(best(False), best(True) + read), prefill=prefill)
+
+
+def oracle(args) -> None:
+    cost = dict(COSTS[args.costs])
+    by_cat: dict[str, list[float]] = {}
+    for path in sorted(Path(args.dir).glob("*.json")):
+        rec = json.load(open(path))
+        o = oracle_one(rec, cost, budget=args.budget)
+        r = replay_one(rec, cost, {}, budget=args.budget)
+        ceil, got = o["standard"] / o["ceiling"], r["standard"] / r["speculative"]
+        by_cat.setdefault(rec["category"], []).append((ceil, got))
+        if args.show:
+            print(f"{rec['id']:34s} {rec['category']:14s} n={len(rec['answer']):3d} ceiling {ceil:5.2f}x controller {got:5.2f}x")
+    for cat, xs in sorted(by_cat.items()):
+        print(f"{cat:16s} ceiling median {statistics.median(c for c, _ in xs):.3f}x  controller median "
+              f"{statistics.median(g for _, g in xs):.3f}x  n={len(xs)}")
+
+
 def replay(args) -> None:
     cost = dict(COSTS[args.costs])
     kw = {}
@@ -184,7 +272,7 @@ def replay(args) -> None:
     e2e_all, low = [], []
     for path in sorted(Path(args.dir).glob("*.json")):
         rec = json.load(open(path))
-        r = replay_one(rec, cost, kw, first_window=args.first_window)
+        r = replay_one(rec, cost, kw, budget=args.budget, first_window=args.first_window, peek=args.peek)
         dec_std = r["standard"] - r["prefill"]
         dec_spec = r["speculative"] - r["prefill"]
         ratio = dec_std / dec_spec if dec_spec > 0 else 1.0
@@ -213,9 +301,16 @@ def main() -> None:
     p.add_argument("--costs", default="vnni", choices=tuple(COSTS))
     p.add_argument("--show", action="store_true", help="one line per prompt")
     p.add_argument("--set", action="append", help="a controller field, KEY=JSON (e.g. answer_prior=64)")
+    p.add_argument("--peek", type=int, default=0, help="the draft's first pick judges lookup's matches up to this long")
+    p.add_argument("--budget", type=int, default=128, help="the answers' token budget (the recordings' --max-new-tokens)")
     p.add_argument("--first-window", type=int, default=FIRST_READ, help="the draft's first read window")
+    o = sub.add_parser("oracle", help="the ceiling: each step's best choice knowing the future")
+    o.add_argument("dir")
+    o.add_argument("--costs", default="vnni", choices=tuple(COSTS))
+    o.add_argument("--budget", type=int, default=128)
+    o.add_argument("--show", action="store_true")
     args = ap.parse_args()
-    record(args) if args.cmd == "record" else replay(args)
+    {"record": record, "replay": replay, "oracle": oracle}[args.cmd](args)
 
 
 if __name__ == "__main__":

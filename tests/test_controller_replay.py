@@ -34,3 +34,28 @@ def test_the_expected_first_answer_is_a_controller_field_the_replay_can_set():
     late = replay.replay_one(rec, replay.COSTS["vnni"], {"first_answer_prior": 0})
     early = replay.replay_one(rec, replay.COSTS["vnni"], {})
     assert early["speculative"] < late["speculative"]
+
+
+def test_the_ceiling_is_never_slower_than_the_controller():
+    for agrees in (True, False):
+        rec = recording(128, agrees=agrees)
+        for costs in ("vnni", "vnni-rows", "avx2-rows"):
+            ceiling = replay.oracle_one(rec, replay.COSTS[costs])
+            got = replay.replay_one(rec, replay.COSTS[costs], {})
+            assert ceiling["standard"] == got["standard"]
+            assert ceiling["ceiling"] <= got["speculative"] + 1e-9, (agrees, costs)
+
+
+def test_with_nothing_to_copy_and_a_draft_that_never_agrees_the_ceiling_is_standard():
+    o = replay.oracle_one(recording(128, agrees=False), replay.COSTS["vnni-rows"])
+    assert abs(o["ceiling"] - o["standard"]) < 1e-9 * o["standard"]
+
+
+def test_an_answer_that_copies_its_prompt_has_a_ceiling_from_lookup_alone():
+    text = [2000 + i for i in range(120)]
+    rec = dict(prompt=list(range(10)) + text, answer=text[:100], pieces=["w "] * 100, margins=[5.0] * 100,
+               draft_pick=[None] + [1] * 99, draft_conf=[None] + [0.5] * 99)
+    o = replay.oracle_one(rec, replay.COSTS["vnni-rows"])
+    decode_std, decode_ceiling = o["standard"] - o["prefill"], o["ceiling"] - o["prefill"]
+    # 16 copied tokens a pass of 17 rows (2.71 one-row steps): ~6x the decoding's speed
+    assert 5.0 < decode_std / decode_ceiling < 7.0
