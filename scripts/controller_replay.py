@@ -111,7 +111,7 @@ def record(args) -> None:
 
 
 def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_window: int = FIRST_READ,
-               catchup_window: int = 16, peek: int = 0) -> dict:
+               catchup_window: int = 16, peek: int = 0, guess: tuple[int, int] = (0, 0)) -> dict:
     """One recorded answer through the decoder's loop with the real controller and lookup index:
     (standard seconds, speculative seconds, both with the prefill, and the prefill)."""
     from specdec_core.adaptive import AdaptiveDraftLength, StepOutcome
@@ -166,17 +166,31 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
                 source, catch_n = DRAFT, unread
                 catch_s = unread * cost["read"] * plain(ctx)  # (with a peek: the same read)
                 sure, expected, ok = 1.0, 0.0, True
+                # (a lever replayed, not in the decoder: speed notes item 105) with guess = (g, m),
+                # each of the draft's passes also feeds lookup's next g tokens after its chain (a
+                # match of m+ tokens): where the draft's pick is the guessed token, the next
+                # row's logits are there already, so the pass gives another token
+                passes, rows, covered, pending_guess = 0, 0, False, []
+                if guess[0]:
+                    lookup.index.sync(ids)
                 for j in range(plan.draft):
                     pos = emitted + j
+                    if not covered:
+                        passes += 1
+                        pending_guess = _guess(lookup.index, ids + tokens, *guess) if guess[0] and ok else []
+                        rows += len(pending_guess)
                     c = conf[pos] if pos < n and ok else 0.5
                     agrees = ok and pos < n and pick[pos] == ans[pos]
+                    mine = pick[pos] if ok and pos < n else -1  # the draft's own pick (known while it agreed)
                     tokens.append(ans[pos] if agrees else -1)
+                    covered = bool(pending_guess) and mine == pending_guess[0]
+                    pending_guess = pending_guess[1:] if covered else []
                     ok = agrees
                     sure *= c
                     expected += sure
                     if sure < plan.confidence_after(len(tokens)):
                         break
-                draft_s = len(tokens) * cost["draft"] * plain(ctx)
+                draft_s = (passes + rows * cost.get("draft_row", 0.07)) * cost["draft"] * plain(ctx)
                 seen, fresh = ctx, False
         acc = 0
         while acc < len(tokens) and emitted + acc < n - 1 and tokens[acc] == ans[emitted + acc]:
@@ -196,6 +210,19 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
         emitted += acc + 1
         t += draft_s + catch_s + verify
     return dict(standard=standard, speculative=t, prefill=prefill, used=used, catch=catch_tokens)
+
+
+def _guess(index, seq: list[int], g: int, m: int) -> list[int]:
+    """Up to g tokens that followed the latest earlier occurrence (in the indexed, committed
+    text) of seq's last n tokens, n the longest of MATCH_MAX..m that occurred; [] if none."""
+    from specdec_core.proposers.base import MATCH_MAX
+
+    for n in range(min(MATCH_MAX, len(seq) - 1), m - 1, -1):
+        starts = index.after[n].get(tuple(seq[len(seq) - n:]))
+        if starts:
+            e = starts[-1]
+            return index.ids[e: e + g]
+    return []
 
 
 def oracle_one(rec: dict, cost: dict, budget: int = 128, k_max: int = 16, first_window: int = FIRST_READ) -> dict:
@@ -272,7 +299,8 @@ def replay(args) -> None:
     e2e_all, low = [], []
     for path in sorted(Path(args.dir).glob("*.json")):
         rec = json.load(open(path))
-        r = replay_one(rec, cost, kw, budget=args.budget, first_window=args.first_window, peek=args.peek)
+        r = replay_one(rec, cost, kw, budget=args.budget, first_window=args.first_window, peek=args.peek,
+                       guess=tuple(args.guess))
         dec_std = r["standard"] - r["prefill"]
         dec_spec = r["speculative"] - r["prefill"]
         ratio = dec_std / dec_spec if dec_spec > 0 else 1.0
@@ -302,6 +330,8 @@ def main() -> None:
     p.add_argument("--show", action="store_true", help="one line per prompt")
     p.add_argument("--set", action="append", help="a controller field, KEY=JSON (e.g. answer_prior=64)")
     p.add_argument("--peek", type=int, default=0, help="the draft's first pick judges lookup's matches up to this long")
+    p.add_argument("--guess", type=int, nargs=2, default=(0, 0), metavar=("G", "M"),
+                   help="the draft's passes also feed lookup's next G tokens after a match of M+")
     p.add_argument("--budget", type=int, default=128, help="the answers' token budget (the recordings' --max-new-tokens)")
     p.add_argument("--first-window", type=int, default=FIRST_READ, help="the draft's first read window")
     o = sub.add_parser("oracle", help="the ceiling: each step's best choice knowing the future")

@@ -59,3 +59,13 @@ def test_an_answer_that_copies_its_prompt_has_a_ceiling_from_lookup_alone():
     decode_std, decode_ceiling = o["standard"] - o["prefill"], o["ceiling"] - o["prefill"]
     # 16 copied tokens a pass of 17 rows (2.71 one-row steps): ~6x the decoding's speed
     assert 5.0 < decode_std / decode_ceiling < 7.0
+
+
+def test_lookups_guess_for_the_drafts_chain_comes_from_the_committed_text():
+    from specdec_core.proposers.prompt_lookup import NgramIndex
+
+    index = NgramIndex(8, 1)
+    index.sync([1, 2, 3, 4, 5, 9, 1, 2])
+    assert replay._guess(index, [1, 2, 3, 4, 5, 9, 1, 2], 3, 2) == [3, 4, 5]
+    assert replay._guess(index, [1, 2, 3, 4, 5, 9, 1, 2], 3, 3) == []  # [9, 1, 2] occurred only at the end
+    assert replay._guess(index, [1, 2, 3, 4, 5, 9, 1, 2, 3, 4], 2, 2) == [5, 9]  # the chain's tail, past the index
