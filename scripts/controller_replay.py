@@ -42,12 +42,13 @@ COSTS = {
     "vnni": dict(base=0.052, per_ctx=0.000016, row=0.16, draft=0.30, read=0.032, prefill_row=0.0051, prefill_quad=0.000003),
     "avx2": dict(base=0.060, per_ctx=0.000018, row=0.22, draft=0.35, read=0.04, prefill_row=0.006, prefill_quad=0.0000035),
     # the Intel VM on 2026-12-07 (passbench at context 256, avx512vnni build, medians; speed notes
-    # item 105): a pass of n rows in one-row steps, v[n - 1]
-    "vnni-rows": dict(base=0.0489, per_ctx=0.000016, row=0.10, draft=0.26, read=0.037, prefill_row=0.0061,
+    # item 105): a pass of n rows in one-row steps, v[n - 1]; draft_row: a row more in a draft's pass,
+    # in draft passes (measured 0.09-0.13 here, 0.20-0.27 on avx2; --guess only)
+    "vnni-rows": dict(base=0.0489, per_ctx=0.000016, row=0.10, draft=0.26, draft_row=0.15, read=0.037, prefill_row=0.0061,
                       prefill_quad=0.000003, rows=[1.0, 1.08, 1.15, 1.22, 1.36, 1.44, 1.52, 1.60, 1.76, 1.88, 2.0,
                                                    2.11, 2.21, 2.31, 2.42, 2.52, 2.71]),
     # the same VM and sitting, the avx2 build
-    "avx2-rows": dict(base=0.0532, per_ctx=0.000018, row=0.13, draft=0.24, read=0.053, prefill_row=0.0099,
+    "avx2-rows": dict(base=0.0532, per_ctx=0.000018, row=0.13, draft=0.24, draft_row=0.25, read=0.053, prefill_row=0.0099,
                       prefill_quad=0.0000035, rows=[1.0, 1.05, 1.15, 1.24, 1.50, 1.62, 1.74, 1.86, 2.04, 2.24, 2.44,
                                                     2.63, 2.78, 2.93, 3.09, 3.24, 3.42]),
     # the 2-core AMD Zen 5 VM after speed notes items 62-63 (avx512vnni kernel): a one-row step is
