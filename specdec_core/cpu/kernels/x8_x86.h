@@ -395,6 +395,100 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   }
 }
 
+#if X_DP && XG == 2 && !defined(SD_SIMDE_VNNI)
+#define X_PAIR 1
+/* Two units (32 weight rows) against R activation rows: each broadcast of 4 activation codes
+   feeds two products instead of one. One product a broadcast left the zmm build at ~54% of
+   this core's vpdpbusd rate with its operands in L1 (the broadcast loads, not the products,
+   set the pace); two, at 6 rows (12 chains, 24 sums + 2 codes + the broadcast in the 32
+   registers), ~61% (speed notes, item 107). The same integer sums per unit and row, so the
+   same numbers. */
+#define X_PAIR_ROWS 6
+SD_INLINE void kx8_rows_pair(const int TYPE, const int R, const kx8* sa, const kx8* sb, const int8_t* x, int64_t ldx,
+                             const int16_t* bs, int64_t ldb, xvi S1a[8], xvi S1b[8], xvi S2a[8], xvi S2b[8]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) S1a[r] = S1b[r] = xv_zero();
+  const int units = TYPE == SD_Q4_K ? 8 : 16, per = TYPE == SD_Q4_K ? 8 : 4;
+  for (int u = 0; u < units; u++) {
+    xvi ta[8], tb[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) ta[r] = tb[r] = xv_zero();
+#pragma GCC unroll 8
+    for (int c = 0; c < per; c++) {
+      const xvi ca = xv_load(sa->codes[u * per + c]), cb = xv_load(sb->codes[u * per + c]);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; r++) {
+        const xvi xr = xv_bcast4(x + r * ldx + 4 * (u * per + c));
+        ta[r] = xv_dpbusd(ta[r], ca, xr);
+        tb[r] = xv_dpbusd(tb[r], cb, xr);
+        X_KEEP(ta[r]);
+        X_KEEP(tb[r]);
+      }
+    }
+    const xvi sca = xv_load(sa->sc[u]), scb = xv_load(sb->sc[u]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      S1a[r] = xv_add32(S1a[r], xv_mullo(ta[r], sca));
+      S1b[r] = xv_add32(S1b[r], xv_mullo(tb[r], scb));
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++) S2a[r] = S2b[r] = xv_zero();
+  const int pairs = TYPE == SD_Q4_K ? 4 : 8;
+#pragma GCC unroll 8
+  for (int p = 0; p < pairs; p++) {
+    const xvi wa = xv_load(sa->wsum[p]), wb = xv_load(sb->wsum[p]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      const xvi br = xv_bcast2x16(bs + r * ldb + 2 * p);
+      S2a[r] = xv_dpwssd(S2a[r], wa, br);
+      S2b[r] = xv_dpwssd(S2b[r], wb, br);
+    }
+  }
+}
+
+/* acc [M][8 XG] of the unit at group g and acc2 the same of the unit at g + XG, both whole */
+SD_INLINE void kx8_unit_pair(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t g, float* acc,
+                             float* acc2) {
+  const int64_t K = w->cols, nb = K / QKK, ns = K / 16;
+  const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
+  SD_ALIGN(64) kx8 s[2];
+  for (int64_t i = 0; i < M * 8 * XG; i++) acc[i] = acc2[i] = 0.0f;
+  /* row tiles as even as X_PAIR_ROWS allows: 8 rows as 4 + 4, not 6 + 2 */
+  const int64_t tiles = (M + X_PAIR_ROWS - 1) / X_PAIR_ROWS;
+  for (int64_t b = 0; b < nb; b++) {
+    for (int h = 0; h < 2; h++)
+      for (int gi = 0; gi < XG; gi++) {
+        const uint8_t* blk = (const uint8_t*)w->data + ((g + h * XG + gi) * nb + b) * xb;
+        sd_prefetch(blk + xb, xb);
+        kx8_decode(TYPE, blk, &s[h], gi);
+      }
+    for (int64_t t = 0, m0 = 0; t < tiles; t++) {
+      const int R = (int)((M - m0) / (tiles - t) + ((M - m0) % (tiles - t) != 0));
+      xvi S1a[8], S1b[8], S2a[8], S2b[8];
+      const int8_t* x = a->qs + m0 * K + b * QKK;
+      const int16_t* bs = TYPE == SD_Q4_K ? a->sums32 + m0 * (K / 32) + b * 8 : a->sums + m0 * ns + b * 16;
+      const int64_t ldb = TYPE == SD_Q4_K ? K / 32 : ns;
+      const float* dx = a->d + m0 * nb + b;
+      switch (R) {
+#define KX8_PAIR_CASE(RR)                                                             \
+  case RR:                                                                            \
+    kx8_rows_pair(TYPE, RR, &s[0], &s[1], x, K, bs, ldb, S1a, S1b, S2a, S2b);         \
+    kx8_finish(TYPE, RR, &s[0], S1a, S2a, dx, nb, acc + m0 * 8 * XG);                 \
+    kx8_finish(TYPE, RR, &s[1], S1b, S2b, dx, nb, acc2 + m0 * 8 * XG);                \
+    break;
+        KX8_PAIR_CASE(6) KX8_PAIR_CASE(5) KX8_PAIR_CASE(4) KX8_PAIR_CASE(3)
+#undef KX8_PAIR_CASE
+        default: break; /* tiles of 3..6 rows: M >= 5 here */
+      }
+      m0 += R;
+    }
+  }
+}
+#else
+#define X_PAIR 0
+#endif
+
 /* ---------------------------------------------------------------- one activation row (K-quants)
    A one-row pass reads each block once and is memory-bound: codes go straight from the block
    into the products, one group (ymm) at a time in every build, no scratch written and read. */
@@ -798,7 +892,15 @@ SD_INLINE int mm_x8_k(const int TYPE, const sd_mat* w, const sd_act* a, int64_t 
     return 0;
   }
 #endif
-  for (int64_t g = n0 / 8; g < n1 / 8; g += XG) {
+  int64_t g = n0 / 8;
+#if X_PAIR
+  for (; g + 2 * XG <= n1 / 8; g += 2 * XG) { /* two whole units at a time, then what is left */
+    kx8_unit_pair(TYPE, w, a, M, g, acc, acc + SD_MB * 8 * XG);
+    for (int h = 0; h < 2; h++)
+      for (int64_t m = 0; m < M; m++) memcpy(y + m * ldy + 8 * (g + h * XG), acc + h * SD_MB * 8 * XG + m * 8 * XG, sizeof(float) * 8 * XG);
+  }
+#endif
+  for (; g < n1 / 8; g += XG) {
     const int ng = n1 / 8 - g < XG ? (int)(n1 / 8 - g) : XG;
     kx8_unit(TYPE, w, a, M, g, ng, acc);
     for (int64_t m = 0; m < M; m++) {
