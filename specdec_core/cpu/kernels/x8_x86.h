@@ -395,7 +395,7 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   }
 }
 
-#if X_DP && XG == 2 && !defined(SD_SIMDE_VNNI)
+#if X_DP && XG == 2
 #define X_PAIR 1
 /* Two units (32 weight rows) against R activation rows: each broadcast of 4 activation codes
    feeds two products instead of one. One product a broadcast left the zmm build at ~54% of
@@ -403,7 +403,11 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
    set the pace); two, at 6 rows (12 chains, 24 sums + 2 codes + the broadcast in the 32
    registers), ~61% (speed notes, item 107). The same integer sums per unit and row, so the
    same numbers. */
+#if defined(SD_SIMDE_VNNI)
+#define X_PAIR_ROWS 3 /* the tests' emulated build: the same code in tiles of 2-3 rows, a fraction of the compile */
+#else
 #define X_PAIR_ROWS 6
+#endif
 SD_INLINE void kx8_rows_pair(const int TYPE, const int R, const kx8* sa, const kx8* sb, const int8_t* x, int64_t ldx,
                              const int16_t* bs, int64_t ldb, xvi S1a[8], xvi S1b[8], xvi S2a[8], xvi S2b[8]) {
 #pragma GCC unroll 8
@@ -477,9 +481,13 @@ SD_INLINE void kx8_unit_pair(const int TYPE, const sd_mat* w, const sd_act* a, i
     kx8_finish(TYPE, RR, &s[0], S1a, S2a, dx, nb, acc + m0 * 8 * XG);                 \
     kx8_finish(TYPE, RR, &s[1], S1b, S2b, dx, nb, acc2 + m0 * 8 * XG);                \
     break;
+#if X_PAIR_ROWS == 6
         KX8_PAIR_CASE(6) KX8_PAIR_CASE(5) KX8_PAIR_CASE(4) KX8_PAIR_CASE(3)
+#else
+        KX8_PAIR_CASE(3) KX8_PAIR_CASE(2)
+#endif
 #undef KX8_PAIR_CASE
-        default: break; /* tiles of 3..6 rows: M >= 5 here */
+        default: break; /* tiles of 3..6 rows (2..3 emulated): M >= 5 here */
       }
       m0 += R;
     }
