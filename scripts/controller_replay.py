@@ -215,7 +215,10 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
 
 def _guess(index, seq: list[int], g: int, m: int) -> list[int]:
     """Up to g tokens that followed the latest earlier occurrence (in the indexed, committed
-    text) of seq's last n tokens, n the longest of MATCH_MAX..m that occurred; [] if none."""
+    text) of seq's last n tokens, n the longest of MATCH_MAX..m that occurred; [] if none.
+    NgramIndex.continuation's search, but for a tail that runs past the indexed text (the
+    draft's chain is not committed, so it must not be indexed) and without its preference
+    for an occurrence with g tokens after it -- the guess item 105 replayed."""
     from specdec_core.proposers.base import MATCH_MAX
 
     for n in range(min(MATCH_MAX, len(seq) - 1), m - 1, -1):
