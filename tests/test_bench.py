@@ -4,10 +4,12 @@ the transformers baselines' clean settings, aggregation arithmetic, one-line inp
 import copy
 import json
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+import specdec_core
 from specdec_core.cli import main
 from tiny_models import save_pair
 
@@ -76,6 +78,15 @@ def test_report_schema(greedy_report):
     for role in ("target", "draft"):
         assert {"name", "source", "dtype", "quantization", "device", "memory_bytes"} <= set(rep["models"][role])
     assert rep["command"].startswith("specdec bench ") and "--baseline hf" in rep["command"]
+    # which code ran: the package's folder, its commit where it is a checkout, the kernel library
+    code = rep["settings"]["code"]
+    assert Path(code["specdec_core"]) == Path(specdec_core.__file__).resolve().parent
+    from specdec_core.cpu import build
+
+    lib = build.loaded()  # (loaded by then if the report names one; the pair may not need it)
+    if code["cpu_kernel_library"] is not None:
+        assert lib is not None and code["cpu_kernel_library"] == lib.path.name
+    assert code["git"] is None or re.fullmatch(r"[0-9a-f]{4,40}(\+changes)?", code["git"]), code["git"]
     names = [m["name"] for m in rep["modes"]]
     assert names == ["standard", "default", "speculative k=1", "speculative k=3", "speculative adaptive",
                      "prompt-lookup k=3", "hf-generate", "hf-assisted"]
@@ -146,6 +157,7 @@ def test_figures_and_markdown(greedy_report):
     md = (out / "report.md").read_text()
     assert "× standard" in md and "× hf assisted" in md and "× hf generate" in md
     assert rep["command"] in md
+    assert f"specdec_core from `{rep['settings']['code']['specdec_core']}`" in md
     for name in pngs:
         assert f"]({name})" in md
     assert "interleaved" in md.lower()

@@ -28,7 +28,7 @@ def cpu_model() -> str:
 
 def cpu_flags() -> list[str]:
     """The flags that matter for CPU inference speed (Linux only; [] elsewhere)."""
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma")
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8", "fma")
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -38,6 +38,33 @@ def cpu_flags() -> list[str]:
     except OSError:
         pass
     return []
+
+
+def code_identity() -> dict:
+    """Which code the numbers came from: the folder specdec_core was imported from, its git
+    commit ("+changes" when tracked files differ from it; None outside a checkout) and the CPU
+    kernel library loaded so far (its file name carries a hash of the kernel's sources; None
+    when none was loaded). Why: a before/after pair run from one folder can import the same
+    package twice -- an editable install, or the working directory ahead of PYTHONPATH -- and
+    then compares a commit with itself (speed notes, item 109); the report says which ran."""
+    import subprocess
+    from pathlib import Path
+
+    from ..cpu import build
+
+    root = Path(__file__).resolve().parents[1]
+    git = None
+    try:
+        head = subprocess.run(["git", "-C", str(root.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode == 0 and head.stdout.strip():
+            dirty = subprocess.run(["git", "-C", str(root.parent), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10)
+            git = head.stdout.strip() + ("+changes" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    kernel = build.loaded()
+    return {"specdec_core": str(root), "git": git, "cpu_kernel_library": kernel.path.name if kernel else None}
 
 
 def load_average() -> list[float] | None:

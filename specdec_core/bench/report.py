@@ -176,6 +176,7 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
             "first_turns": settings.get("first_turns"),
             "between_turns": settings.get("between_turns"),
             "before_the_send": settings.get("before_the_send"),
+            "code": settings.get("code"),
         },
         "modes": [dataclasses.asdict(m) for m in modes],
         "memory_method": memory_method,
@@ -298,6 +299,11 @@ def _about(v: _View) -> list[str]:
              + (f", GPU {gpu['name']}" if gpu else ", no GPU")
              + f"; flags: {', '.join(m['cpu_flags']) or 'n/a'}")
     L.append(f"- **software:** Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}, {m['os']}")
+    code = s.get("code")
+    if code:
+        L.append(f"- **code:** specdec_core from `{code['specdec_core']}`"
+                 + (f" (git {code['git']})" if code.get("git") else "")
+                 + (f"; CPU kernel `{code['cpu_kernel_library']}`" if code.get("cpu_kernel_library") else ""))
     half = f" of the {s['split']} half" if s.get("split") else ""
     L.append(f"- **settings:** {s['prompts']} prompts{half} ({', '.join(s['categories'])}), "
              f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"

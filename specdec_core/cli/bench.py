@@ -173,7 +173,7 @@ def _modes(args) -> tuple[list, set[str]]:
 def _run_local(args) -> int:
     import torch
 
-    from ..bench.machine import load_average, machine_info
+    from ..bench.machine import code_identity, load_average, machine_info
     from ..bench.memory import PeakMemory
     from ..bench.report import build_report, write_report
     from ..bench.runner import RunSettings, run_suite
@@ -204,7 +204,8 @@ def _run_local(args) -> int:
                 "between_turns": ("no read" if args.no_read_ahead or not hasattr(engine, "read_ahead") else
                                   "the draft reads what it skipped (not in the turns' time)"),
                 "before_the_send": ("the target and the draft read the message up to its last paragraph "
-                                    "(not in the send's time)" if writing else "nothing read")}
+                                    "(not in the send's time)" if writing else "nothing read"),
+                "code": code_identity()}
     report = build_report(raw, prompts, modes, plan.decode, settings, engine, machine, memory.method, near_tie,
                           command_line(args), args.note, time.perf_counter() - started, skipped)
     write_report(plan.out, report)

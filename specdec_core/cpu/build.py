@@ -257,6 +257,11 @@ def kernel() -> Kernel:
         raise KernelUnavailable(_why_not) from None
 
 
+def loaded() -> Kernel | None:
+    """The kernel this process loaded through kernel(), if it has (no build, no load)."""
+    return _chosen
+
+
 def unavailable() -> str | None:
     """None when the kernel loads, else a one-line reason (the app shows it)."""
     try:
