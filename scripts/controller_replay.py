@@ -51,6 +51,17 @@ COSTS = {
     "avx2-rows": dict(base=0.0532, per_ctx=0.000018, row=0.13, draft=0.24, draft_row=0.25, read=0.053, prefill_row=0.0099,
                       prefill_quad=0.0000035, rows=[1.0, 1.05, 1.15, 1.24, 1.50, 1.62, 1.74, 1.86, 2.04, 2.24, 2.44,
                                                     2.63, 2.78, 2.93, 3.09, 3.24, 3.42]),
+    # the 2-core AMD Zen 4 VM on 2026-12-07 (passbench at context 256, avx512vnni build, medians;
+    # speed notes item 109): past 4 rows the K-quants' passes go through the unit's scratch
+    "zen4": dict(base=0.0345, per_ctx=0.000012, row=0.15, draft=0.27, draft_row=0.10, read=0.073, prefill_row=0.0070,
+                 prefill_quad=0.000003, rows=[1.0, 1.12, 1.33, 1.54, 2.29, 2.36, 2.50, 2.62, 2.77, 3.02, 3.17, 3.28,
+                                              3.47, 3.64, 3.69, 3.98, 4.16]),
+    # the same with 5-8 rows on the direct path (item 109, tried and not taken: those passes 0.80-0.82 of
+    # the unit's)
+    "zen4-direct8": dict(base=0.0345, per_ctx=0.000012, row=0.15, draft=0.27, draft_row=0.10, read=0.073,
+                         prefill_row=0.0070, prefill_quad=0.000003,
+                         rows=[1.0, 1.12, 1.33, 1.54, 1.88, 1.94, 2.01, 2.15, 2.77, 3.02, 3.17, 3.28, 3.47, 3.64, 3.69,
+                               3.98, 4.16]),
     # the 2-core AMD Zen 5 VM after speed notes items 62-63 (avx512vnni kernel): a one-row step is
     # memory-bound and fast, so a verification's cost is not linear in its rows -- v[n] is a pass
     # of n rows in one-row steps (measured at context 200; speed notes item 64)
