@@ -50,9 +50,10 @@ def code_identity() -> dict:
     import subprocess
     from pathlib import Path
 
+    import specdec_core
     from ..cpu import build
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(specdec_core.__file__).resolve().parent  # reported only: nothing is read beside it
     git = None
     try:
         head = subprocess.run(["git", "-C", str(root.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
