@@ -56,12 +56,15 @@ def code_identity() -> dict:
     root = Path(specdec_core.__file__).resolve().parent  # reported only: nothing is read beside it
     git = None
     try:
-        head = subprocess.run(["git", "-C", str(root.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10)
-        if head.returncode == 0 and head.stdout.strip():
+        head = subprocess.run(["git", "-C", str(root.parent), "rev-parse", "--show-toplevel", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        lines = head.stdout.split()
+        # only the checkout the package is the top of (an installed copy in a venv inside some
+        # other checkout is not that checkout's code)
+        if head.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == root.parent:
             dirty = subprocess.run(["git", "-C", str(root.parent), "status", "--porcelain", "--untracked-files=no"],
                                    capture_output=True, text=True, timeout=10)
-            git = head.stdout.strip() + ("+changes" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+            git = lines[1] + ("+changes" if dirty.returncode == 0 and dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         pass
     kernel = build.loaded()
