@@ -58,7 +58,7 @@ def code_identity() -> dict:
     try:
         head = subprocess.run(["git", "-C", str(root.parent), "rev-parse", "--show-toplevel", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10)
-        lines = head.stdout.split()
+        lines = head.stdout.splitlines()  # (a path may hold spaces)
         # only the checkout the package is the top of (an installed copy in a venv inside some
         # other checkout is not that checkout's code)
         if head.returncode == 0 and len(lines) == 2 and Path(lines[0]).resolve() == root.parent:
