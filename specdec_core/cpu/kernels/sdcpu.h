@@ -142,7 +142,8 @@ typedef struct {
   /* [M][K/32]: the sum of every 32 codes. Every maker of a K-quant activation (blk 256: sd_matmul,
      sd_forward) allocates it, and sd_quantize_rows fills it where it is not NULL; the 32-element
      types' leave it NULL. Q4_K's mins weigh the codes' sums by 32 elements: with these the
-     interleaved unit's mins term (x8_x86.h, which reads it) takes one vpdpwssd per two mins */
+     interleaved kernels' mins term (x8_x86.h's unit and direct path, which read it) takes one
+     vpdpwssd per two mins */
   int16_t* sums32;
 } sd_act;
 

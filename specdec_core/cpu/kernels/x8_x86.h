@@ -566,7 +566,8 @@ SD_INLINE __m256i kx8_chunk(const int TYPE, const uint8_t* blk, int e) {
 }
 
 /* R activation rows (1..4) against one super-block of a group, codes straight from the block
-   (no scratch): what passes of a few rows take. acc[r] += that super-block's float terms. */
+   (no scratch): what passes of a few rows take. bs: the rows' activation sums, ldb apart, as
+   kx8_rows takes them. acc[r] += that super-block's float terms. */
 SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const int8_t* x, int64_t ldx, const int16_t* bs,
                           int64_t ldb, const float* dx, int64_t ldd, __m256 acc[4]) {
   __m256i S1[4], S2[4];
@@ -614,16 +615,14 @@ SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const
 #pragma GCC unroll 4
       for (int r = 0; r < R; r++) S1[r] = y_scale(S1[r], t[r], scales + 8 * u, TYPE == SD_Q6_K);
     }
+  /* S2: int16 pairs against two of the activation's sums -- Q6_K's scales (sc_2p, sc_2p+1)
+     against its 16-code sums 2p, 2p+1 (p < 8), Q4_K's mins (mn_2p, mn_2p+1) against its
+     32-code sums (p < 4, sd_act.sums32; as kx8_decode has them, item 88) */
 #pragma GCC unroll 8
-  for (int p = 0; p < 8; p++) {
-    __m256i wv;
-    if (TYPE == SD_Q4_K) {
-      const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 8 * p)));
-      wv = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
-    } else {
-      const __m128i t = _mm_loadu_si128((const __m128i*)(scales + 16 * p));
-      wv = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(t, _mm_srli_si128(t, 8)));
-    }
+  for (int p = 0; p < (TYPE == SD_Q4_K ? 4 : 8); p++) {
+    const __m128i t = _mm_loadu_si128((const __m128i*)((TYPE == SD_Q4_K ? mn : scales) + 16 * p));
+    const __m128i pairs = _mm_unpacklo_epi8(t, _mm_srli_si128(t, 8)); /* lane r: (row r of 2p, of 2p + 1) */
+    const __m256i wv = TYPE == SD_Q4_K ? _mm256_cvtepu8_epi16(pairs) : _mm256_cvtepi8_epi16(pairs);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) S2[r] = y_sums(S2[r], wv, bs + r * ldb + 2 * p);
   }
@@ -646,9 +645,13 @@ SD_INLINE void kx8_direct_group(const int TYPE, const int R, const sd_mat* w, co
   const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
   const uint8_t* base = (const uint8_t*)w->data + g * nb * xb;
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  /* S2's activation sums: Q4_K's 32-code ones (half the products of pairing each min with
+     itself against the 16-code sums; speed notes, item 111), Q6_K's 16-code ones */
+  const int16_t* bs = TYPE == SD_Q4_K ? a->sums32 : a->sums;
+  const int64_t ldb = TYPE == SD_Q4_K ? K / 32 : ns, per_block = TYPE == SD_Q4_K ? 8 : 16;
   for (int64_t b = 0; b < nb; b++) {
     sd_prefetch(base + (b + 2) * xb, xb); /* two blocks ahead: a block of a few rows takes less than a miss */
-    kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, a->sums + b * 16, ns, a->d + b, nb, acc);
+    kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, bs + b * per_block, ldb, a->d + b, nb, acc);
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; r++) _mm256_storeu_ps(y + r * ldy + 8 * g, acc[r]);
