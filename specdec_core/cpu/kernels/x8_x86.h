@@ -190,6 +190,23 @@ SD_INLINE void kx8_scale(const uint8_t* p, int is_signed, void* out) {
 #endif
 }
 
+/* S2's weights from 16 bytes at p, units 2q and 2q+1 of 8 rows each ([unit][row], as Q6_K's
+   scales and kx8_q4_K_scales's mins are stored): lane r holds the int16 pair (row r of unit
+   2q, row r of unit 2q+1), for one vpdpwssd against the activation's sums 2q, 2q+1 */
+SD_INLINE __m256i kx8_wpairs(const uint8_t* p, int is_signed) {
+  const __m128i t = _mm_loadu_si128((const __m128i*)p);
+  const __m128i pairs = _mm_unpacklo_epi8(t, _mm_srli_si128(t, 8));
+  return is_signed ? _mm256_cvtepi8_epi16(pairs) : _mm256_cvtepu8_epi16(pairs);
+}
+
+/* the activation's sums S2 takes, rows m0.. at super-block b (kx8_sums_ld apart): Q4_K's mins
+   against the 32-code sums (one vpdpwssd per two mins, speed notes items 88 and 111), Q6_K's
+   scales against the 16-code ones */
+SD_INLINE const int16_t* kx8_sums(const int TYPE, const sd_act* a, int64_t m0, int64_t b) {
+  return TYPE == SD_Q4_K ? a->sums32 + m0 * (a->K / 32) + b * 8 : a->sums + m0 * (a->K / 16) + b * 16;
+}
+SD_INLINE int64_t kx8_sums_ld(const int TYPE, int64_t K) { return TYPE == SD_Q4_K ? K / 32 : K / 16; }
+
 /* an x8 Q4_K super-block's 6-bit scales and mins, unpacked (see sd_repack): sc[8 j + r] and
    mn[8 j + r], sub-block j of row r -- the low nibbles of scale | min, then their top two bits */
 SD_INLINE void kx8_q4_K_scales(const x8_q4_K* x, uint8_t sc[64], uint8_t mn[64]) {
@@ -236,11 +253,7 @@ SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
     for (int j = 0; j < 8; j++) kx8_scale(sc + 8 * j, 0, s->sc[j][gi]);
     /* S2 = sum over the 8 scale units j of mn[j] * sums32[j]: pairs (mn_2p, mn_2p+1) */
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-      const __m256i m0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 16 * p)));
-      const __m256i m1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(mn + 16 * p + 8)));
-      _mm256_store_si256((__m256i*)s->wsum[p][gi], _mm256_or_si256(m0, _mm256_slli_epi32(m1, 16)));
-    }
+    for (int p = 0; p < 4; p++) _mm256_store_si256((__m256i*)s->wsum[p][gi], kx8_wpairs(mn + 16 * p, 0));
     _mm256_store_ps(s->d[gi], h8(x->d));
     _mm256_store_ps(s->dmin[gi], h8(x->dmin));
     return;
@@ -259,10 +272,8 @@ SD_INLINE void kx8_decode(const int TYPE, const uint8_t* blk, kx8* s, int gi) {
 #pragma GCC unroll 16
   for (int g = 0; g < 16; g++) kx8_scale(scales + 8 * g, 1, s->sc[g][gi]);
 #pragma GCC unroll 8
-  for (int p = 0; p < 8; p++) { /* S2 = sum over g of sc[g] * sums[g]: pairs (sc_2p, sc_2p+1) */
-    const __m128i t = _mm_loadu_si128((const __m128i*)(scales + 16 * p));
-    _mm256_store_si256((__m256i*)s->wsum[p][gi], _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(t, _mm_srli_si128(t, 8))));
-  }
+  for (int p = 0; p < 8; p++) /* S2 = sum over g of sc[g] * sums[g]: pairs (sc_2p, sc_2p+1) */
+    _mm256_store_si256((__m256i*)s->wsum[p][gi], kx8_wpairs(scales + 16 * p, 1));
   _mm256_store_ps(s->d[gi], h8(x->d));
   _mm256_store_ps(s->dmin[gi], _mm256_setzero_ps());
 }
@@ -362,7 +373,7 @@ SD_INLINE void kx8_finish(const int TYPE, const int R, const kx8* s, const xvi S
 
 /* acc [M][8 XG] for units of XG groups starting at group g (ng of them real) */
 SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t g, int ng, float* acc) {
-  const int64_t K = w->cols, nb = K / QKK, ns = K / 16;
+  const int64_t K = w->cols, nb = K / QKK;
   const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
   SD_ALIGN(64) kx8 s;
   for (int64_t i = 0; i < M * 8 * XG; i++) acc[i] = 0.0f;
@@ -375,8 +386,8 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
     for (int64_t m0 = 0; m0 < M; m0 += X_ROWS) {
       xvi S1[8], S2[8];
       const int8_t* x = a->qs + m0 * K + b * QKK;
-      const int16_t* bs = TYPE == SD_Q4_K ? a->sums32 + m0 * (K / 32) + b * 8 : a->sums + m0 * ns + b * 16;
-      const int64_t ldb = TYPE == SD_Q4_K ? K / 32 : ns;
+      const int16_t* bs = kx8_sums(TYPE, a, m0, b);
+      const int64_t ldb = kx8_sums_ld(TYPE, K);
       const float* dx = a->d + m0 * nb + b;
       float* ac = acc + m0 * 8 * XG;
       switch (M - m0 < X_ROWS ? M - m0 : X_ROWS) {
@@ -454,7 +465,7 @@ SD_INLINE void kx8_rows_pair(const int TYPE, const int R, const kx8* sa, const k
 /* acc [M][8 XG] of the unit at group g and acc2 the same of the unit at g + XG, both whole */
 SD_INLINE void kx8_unit_pair(const int TYPE, const sd_mat* w, const sd_act* a, int64_t M, int64_t g, float* acc,
                              float* acc2) {
-  const int64_t K = w->cols, nb = K / QKK, ns = K / 16;
+  const int64_t K = w->cols, nb = K / QKK;
   const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
   SD_ALIGN(64) kx8 s[2];
   for (int64_t i = 0; i < M * 8 * XG; i++) acc[i] = acc2[i] = 0.0f;
@@ -471,8 +482,8 @@ SD_INLINE void kx8_unit_pair(const int TYPE, const sd_mat* w, const sd_act* a, i
       const int R = (int)((M - m0) / (tiles - t) + ((M - m0) % (tiles - t) != 0));
       xvi S1a[8], S1b[8], S2a[8], S2b[8];
       const int8_t* x = a->qs + m0 * K + b * QKK;
-      const int16_t* bs = TYPE == SD_Q4_K ? a->sums32 + m0 * (K / 32) + b * 8 : a->sums + m0 * ns + b * 16;
-      const int64_t ldb = TYPE == SD_Q4_K ? K / 32 : ns;
+      const int16_t* bs = kx8_sums(TYPE, a, m0, b);
+      const int64_t ldb = kx8_sums_ld(TYPE, K);
       const float* dx = a->d + m0 * nb + b;
       switch (R) {
 #define KX8_PAIR_CASE(RR)                                                             \
@@ -615,14 +626,11 @@ SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const
 #pragma GCC unroll 4
       for (int r = 0; r < R; r++) S1[r] = y_scale(S1[r], t[r], scales + 8 * u, TYPE == SD_Q6_K);
     }
-  /* S2: int16 pairs against two of the activation's sums -- Q6_K's scales (sc_2p, sc_2p+1)
-     against its 16-code sums 2p, 2p+1 (p < 8), Q4_K's mins (mn_2p, mn_2p+1) against its
-     32-code sums (p < 4, sd_act.sums32; as kx8_decode has them, item 88) */
+  /* S2: Q6_K's scales in pairs against its 16-code sums (p < 8), Q4_K's mins against its
+     32-code sums (p < 4), as kx8_decode has them */
 #pragma GCC unroll 8
   for (int p = 0; p < (TYPE == SD_Q4_K ? 4 : 8); p++) {
-    const __m128i t = _mm_loadu_si128((const __m128i*)((TYPE == SD_Q4_K ? mn : scales) + 16 * p));
-    const __m128i pairs = _mm_unpacklo_epi8(t, _mm_srli_si128(t, 8)); /* lane r: (row r of 2p, of 2p + 1) */
-    const __m256i wv = TYPE == SD_Q4_K ? _mm256_cvtepu8_epi16(pairs) : _mm256_cvtepi8_epi16(pairs);
+    const __m256i wv = TYPE == SD_Q4_K ? kx8_wpairs(mn + 16 * p, 0) : kx8_wpairs(scales + 16 * p, 1);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) S2[r] = y_sums(S2[r], wv, bs + r * ldb + 2 * p);
   }
@@ -641,17 +649,14 @@ SD_INLINE void kx8_direct(const int TYPE, const int R, const uint8_t* blk, const
 
 SD_INLINE void kx8_direct_group(const int TYPE, const int R, const sd_mat* w, const sd_act* a, int64_t g, float* y,
                                 int64_t ldy) {
-  const int64_t K = w->cols, nb = K / QKK, ns = K / 16;
+  const int64_t K = w->cols, nb = K / QKK;
   const size_t xb = TYPE == SD_Q4_K ? sizeof(x8_q4_K) : sizeof(x8_q6_K);
   const uint8_t* base = (const uint8_t*)w->data + g * nb * xb;
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  /* S2's activation sums: Q4_K's 32-code ones (half the products of pairing each min with
-     itself against the 16-code sums; speed notes, item 111), Q6_K's 16-code ones */
-  const int16_t* bs = TYPE == SD_Q4_K ? a->sums32 : a->sums;
-  const int64_t ldb = TYPE == SD_Q4_K ? K / 32 : ns, per_block = TYPE == SD_Q4_K ? 8 : 16;
   for (int64_t b = 0; b < nb; b++) {
     sd_prefetch(base + (b + 2) * xb, xb); /* two blocks ahead: a block of a few rows takes less than a miss */
-    kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, bs + b * per_block, ldb, a->d + b, nb, acc);
+    kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, kx8_sums(TYPE, a, 0, b), kx8_sums_ld(TYPE, K), a->d + b, nb,
+               acc);
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; r++) _mm256_storeu_ps(y + r * ldy + 8 * g, acc[r]);
