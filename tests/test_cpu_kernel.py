@@ -11,6 +11,7 @@ installed (.ci/run installs them), the NEON build under qemu.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -272,6 +273,76 @@ def test_x8_repack_is_a_permutation_undone_exactly(portable, name):
     assert np.array_equal(bits(a), bits(b))
 
 
+WIDE = ((1, 0), (1, 0))  # no pass takes the ymm copy
+YMM = ((1, 10_000), (1, 10_000))  # every pass does
+
+
+def has_ymm_copy(k) -> bool:
+    """The build has a ymm copy of its interleaved matmuls (x8_narrow.c: avx512vnni and amx)."""
+    return bool(k.lib.sd_set_x8_narrow(0, *(k.narrow or WIDE)[0]))
+
+
+def builds_and_widths(portable):
+    """Every build, and those with a ymm copy once more with every pass on it."""
+    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+        yield k, False
+        if has_ymm_copy(k):
+            yield k, True
+
+
+@contextlib.contextmanager
+def widths(k, ymm: bool):
+    """Every pass on the ymm copy (ymm) or on the build's own (zmm) copy, then the build's
+    setting for this CPU again (one library per process: the setting is shared)."""
+    for kind, (lo, hi) in enumerate(YMM if ymm else WIDE):
+        k.lib.sd_set_x8_narrow(kind, lo, hi)
+    try:
+        yield
+    finally:
+        for kind, (lo, hi) in enumerate(k.narrow or WIDE):
+            k.lib.sd_set_x8_narrow(kind, lo, hi)
+
+
+def ymm_copy_expected(v) -> bool:
+    """x8_narrow.c compiles the interleaved matmuls on ymm registers in the native builds whose
+    own copy is zmm (avx512vnni, amx); not in their SIMDe emulations (avxvnni-simde's code)."""
+    return "-DSD_VNNI=1" in v.flags and "-DSD_SIMDE_VNNI" not in v.flags
+
+
+def test_the_ymm_copy_is_in_the_avx512vnni_builds_only(portable):
+    """The setter says 1 where the build has a ymm copy and 0 everywhere else."""
+    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+        assert has_ymm_copy(k) == ymm_copy_expected(k.variant), k.name
+
+
+def test_the_ymm_passes_are_chosen_by_cpu_and_by_setting(monkeypatch):
+    """auto takes the table's entry for this CPU's vendor and family, off none; spans can be
+    asked for; a setting that cannot be read is one line."""
+    zen4 = (2, 25, 17)
+    assert build.narrow_rows(zen4, "auto") == build.NARROW_BY_CPU[(2, 25)]
+    assert build.narrow_rows((1, 6, 143), "auto") is None  # Intel: the zmm copy for every pass
+    assert build.narrow_rows(zen4, "off") is None
+    assert build.narrow_rows((1, 6, 143), "5-9") == ((5, 9), (1, 0))
+    assert build.narrow_rows((1, 6, 143), "5-9, 3-4") == ((5, 9), (3, 4))
+    with pytest.raises(build.KernelUnavailable, match="SPECDEC_X8_NARROW"):
+        build.narrow_rows(zen4, "five")
+    vendor, family, _ = build.cpu_ident()
+    if build.machine_arch() == "x86_64":
+        assert vendor in (1, 2) and family >= 6
+    # loading a build with a ymm copy on a Zen 4 sets the table's spans; off sets none
+    monkeypatch.setattr(build, "cpu_ident", lambda lib=None: zen4)
+    ymm_builds = [v for v in SIMD if ymm_copy_expected(v)]
+    if not ymm_builds:
+        pytest.skip("no build with a ymm copy runs here")
+    k = build.load_variant(ymm_builds[0])
+    assert k.narrow == build.NARROW_BY_CPU[(2, 25)] and "ymm unit" in k.described
+    monkeypatch.setenv(build.NARROW_ENV, "off")
+    k = build.load_variant(ymm_builds[0])
+    assert k.narrow is None and k.described == k.name
+    monkeypatch.undo()
+    build.load_variant(ymm_builds[0])  # this CPU's own setting again, for the tests after this one
+
+
 @pytest.mark.parametrize("name", X8_TYPES)
 def test_x8_equals_the_file_rows_for_every_pass_size_thread_count_and_build(portable, name):
     """The interleaved matmul gives the row-major matmul's bits (the portable build's, today's
@@ -285,13 +356,15 @@ def test_x8_equals_the_file_rows_for_every_pass_size_thread_count_and_build(port
     x[3] *= 100
     x[5] = 0.0
     ref = matmul(portable, x, raw, name)
-    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+    for k, ymm in builds_and_widths(portable):
         x8 = repack(k, raw, name, kdim)
-        for threads in (1, 2):
-            assert np.array_equal(bits(matmul(k, x, x8, name, threads, layout=X8)), bits(ref)), (k.name, threads)
-            for m in range(1, 18):
-                got = matmul(k, np.ascontiguousarray(x[20 : 20 + m]), x8, name, threads, layout=X8)
-                assert np.array_equal(bits(got), bits(ref[20 : 20 + m])), (k.name, threads, m)
+        with widths(k, ymm):
+            for threads in (1, 2):
+                got = matmul(k, x, x8, name, threads, layout=X8)
+                assert np.array_equal(bits(got), bits(ref)), (k.name, ymm, threads)
+                for m in range(1, 18):
+                    got = matmul(k, np.ascontiguousarray(x[20 : 20 + m]), x8, name, threads, layout=X8)
+                    assert np.array_equal(bits(got), bits(ref[20 : 20 + m])), (k.name, ymm, threads, m)
 
 
 @pytest.mark.parametrize("name", X8_TYPES)
@@ -326,11 +399,12 @@ def test_x8_holds_at_the_extremes_of_the_int16_sums(portable, name):
     x[3::4] = rng.standard_normal((5, kdim))
     ref = matmul(portable, x, raw, name)
     assert np.isfinite(ref).all()
-    for k in [portable] + [build.load_variant(v) for v in SIMD]:
+    for k, ymm in builds_and_widths(portable):
         x8 = repack(k, raw, name, kdim)
-        for rows in (4, 20):
-            got = matmul(k, np.ascontiguousarray(x[:rows]), x8, name, layout=X8)
-            assert np.array_equal(bits(got), bits(ref[:rows])), (k.name, rows)
+        with widths(k, ymm):
+            for rows in (4, 20):
+                got = matmul(k, np.ascontiguousarray(x[:rows]), x8, name, layout=X8)
+                assert np.array_equal(bits(got), bits(ref[:rows])), (k.name, ymm, rows)
 
 
 def test_x8_refuses_what_it_cannot_take(portable):

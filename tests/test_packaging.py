@@ -270,7 +270,7 @@ def test_the_wheel_ships_the_files_the_code_reads(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped_assets = sorted(n.split("/")[-1] for n in names if n.startswith("specdec_assets/"))
     assert shipped_assets == sorted(ASSETS + ["__init__.py"])
-    kernel_sources = {f"specdec_core/cpu/kernels/{n}" for n in ("blocks.c", "quants.c", "attention.c", "forward.c", "features.c", "sdcpu.h",
+    kernel_sources = {f"specdec_core/cpu/kernels/{n}" for n in ("blocks.c", "quants.c", "x8_narrow.c", "attention.c", "forward.c", "features.c", "sdcpu.h",
                                                                   "dot_portable.h", "dot_x86.h", "dot_neon.h")}
     assert {"specdec_assets/bench_prompts.jsonl", "app/main.py", "specdec_core/cli/dispatch.py",
             "specdec_core/models/last_load.py"} | kernel_sources <= names

@@ -68,7 +68,8 @@ def code_identity() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     kernel = build.loaded()
-    return {"specdec_core": str(root), "git": git, "cpu_kernel_library": kernel.path.name if kernel else None}
+    return {"specdec_core": str(root), "git": git, "cpu_kernel_library": kernel.path.name if kernel else None,
+            "cpu_kernel": kernel.described if kernel else None}
 
 
 def load_average() -> list[float] | None:

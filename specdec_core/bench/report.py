@@ -303,7 +303,8 @@ def _about(v: _View) -> list[str]:
     if code:
         L.append(f"- **code:** specdec_core from `{code['specdec_core']}`"
                  + (f" (git {code['git']})" if code.get("git") else "")
-                 + (f"; CPU kernel `{code['cpu_kernel_library']}`" if code.get("cpu_kernel_library") else ""))
+                 + (f"; CPU kernel `{code['cpu_kernel_library']}`" if code.get("cpu_kernel_library") else "")
+                 + (f", {code['cpu_kernel']}" if code.get("cpu_kernel") else ""))
     half = f" of the {s['split']} half" if s.get("split") else ""
     L.append(f"- **settings:** {s['prompts']} prompts{half} ({', '.join(s['categories'])}), "
              f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"

@@ -40,7 +40,7 @@ from pathlib import Path
 from . import abi
 
 KERNELS = Path(__file__).with_name("kernels")
-SOURCES = ("blocks.c", "quants.c", "attention.c", "forward.c", "features.c")
+SOURCES = ("blocks.c", "quants.c", "x8_narrow.c", "attention.c", "forward.c", "features.c")
 HEADERS = ("sdcpu.h", "dot_portable.h", "dot_x86.h", "dot_neon.h", "x8_x86.h", "x8_amx.h", "x8_neon.h")
 SHIPPED = KERNELS / "lib"
 ENV = "SPECDEC_CPU_KERNEL"
@@ -188,21 +188,76 @@ def find_or_build_all(variants: list[Variant], jobs: int | None = None) -> list[
 
 @dataclass
 class Kernel:
-    """A loaded kernel library (its entry points as sdcpu.h declares them) and which variant it is."""
+    """A loaded kernel library (its entry points as sdcpu.h declares them), which variant it is,
+    and the pass sizes its ymm copy of the interleaved matmuls takes (narrow_rows)."""
 
     lib: object
     variant: Variant
     path: Path
+    narrow: Narrow | None = None
 
     @property
     def name(self) -> str:
         return self.variant.name
 
+    @property
+    def described(self) -> str:
+        """The build as reports name it: "avx512vnni", or with its ymm passes where it takes them."""
+        if not self.narrow:
+            return self.name
+        (k0, k1), (b0, b1) = self.narrow
+        return f"{self.name} (ymm unit: K-quants {k0}-{k1} rows, 32-element blocks {b0}-{b1})"
+
+
+# Which passes take the avx512vnni build's ymm copy of the interleaved matmuls (x8_narrow.c), as
+# ((first, last) activation rows of the K-quants, the same of the 32-element blocks), by CPU
+# (vendor, family) as sd_cpu_ident reads it. Measured where listed, both widths side by side in
+# passbench (speed notes, item 115); every other CPU keeps the zmm unit for every pass (the
+# Intel VMs measured it the faster). Both copies give the same numbers bit for bit.
+Narrow = tuple[tuple[int, int], tuple[int, int]]
+NARROW_ENV = "SPECDEC_X8_NARROW"
+NARROW_BY_CPU: dict[tuple[int, int], Narrow] = {
+    (2, 25): ((5, 16), (3, 9)),  # AMD family 25 with AVX-512: Zen 4 (zmm ops run as two ymm halves)
+}
+
+
+def cpu_ident(lib=None) -> tuple[int, int, int]:
+    """(vendor: 1 Intel, 2 AMD, 0 other; family; model) of this CPU, from cpuid."""
+    lib = lib if lib is not None else abi.open_library(find_or_build(PROBE))
+    out = abi.ffi.new("int32_t[3]")
+    lib.sd_cpu_ident(out)
+    return int(out[0]), int(out[1]), int(out[2])
+
+
+def narrow_rows(ident: tuple[int, int, int], asked: str | None = None) -> Narrow | None:
+    """The ymm copy's pass sizes for a CPU: SPECDEC_X8_NARROW=auto (the table above; the
+    default), off, or "K_FIRST-K_LAST[,B_FIRST-B_LAST]" (to measure another CPU). A setting
+    that cannot be read raises KernelUnavailable with the reason in one line."""
+    asked = (os.environ.get(NARROW_ENV, "auto") if asked is None else asked).strip().lower() or "auto"
+    if asked == "auto":
+        return NARROW_BY_CPU.get(ident[:2])
+    if asked == "off":
+        return None
+    try:
+        spans = [tuple(int(x) for x in part.split("-")) for part in asked.split(",")]
+        if len(spans) == 1:
+            spans.append((1, 0))
+        (k0, k1), (b0, b1) = spans
+    except ValueError:
+        raise KernelUnavailable(f"{NARROW_ENV}={asked!r}: use auto, off, or rows as 5-12 or 5-12,3-8") from None
+    return (k0, k1), (b0, b1)
+
 
 def load_variant(variant: Variant) -> Kernel:
-    """Build (if needed) and load one variant; the caller makes sure this CPU runs it."""
+    """Build (if needed) and load one variant, its ymm passes set for this CPU; the caller makes
+    sure this CPU runs it."""
     path = find_or_build(variant)
-    return Kernel(abi.open_library(path), variant, path)
+    lib = abi.open_library(path)
+    narrow = narrow_rows(cpu_ident(lib))
+    if narrow is not None:
+        has = [lib.sd_set_x8_narrow(kind, lo, hi) for kind, (lo, hi) in enumerate(narrow)]
+        narrow = narrow if all(has) and any(lo <= hi for lo, hi in narrow) else None
+    return Kernel(lib, variant, path, narrow)
 
 
 def cpu_features() -> int:

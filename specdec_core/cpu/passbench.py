@@ -2,7 +2,7 @@
 
     python -m specdec_core.cpu.passbench [--role target|draft] [--rows 1,2,5,9,17]
                                          [--kernels avx2,avx512vnni] [--repeats 15] [--threads 2]
-                                         [--context 128] [--before SRC_DIR]
+                                         [--context 128] [--before SRC_DIR] [--narrow 5-12,3-8]
 
 Loads an embedded model as Engine.load runs it (the draft requantized), reads `--context`
 tokens into a cache, then times passes of each size at that position (a verification: every
@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--before", type=Path, default=None, help="an older kernels/ folder to compare with")
     ap.add_argument("--before-x8", action="store_true",
                     help="run the older kernel on the interleaved matrices too (an older kernel that has them)")
+    ap.add_argument("--narrow", default=None, metavar="SPANS",
+                    help="also time each kernel with its ymm copy of the interleaved matmuls on these pass "
+                         "sizes (SPECDEC_X8_NARROW's form: 5-12 or 5-12,3-8; 'off' for none); the plain "
+                         "label is then the zmm copy for every pass")
     ap.add_argument("--quiet", type=float, default=0.0, metavar="S",
                     help="before each timed pass, wait up to S seconds for no other runnable task (Linux: "
                          "/proc/loadavg), so that passes on a shared machine are taken when it is idle")
@@ -90,14 +94,26 @@ def main(argv: list[str] | None = None) -> None:
     if args.before is not None and args.before_x8:
         for name in args.kernels.split(","):
             runs.append((f"before {name}", _old_library(args.before, build.BY_NAME[name]), lean))
+    narrow = {}  # label -> the ymm copy's pass sizes, set before each of its passes (one library, shared state)
     for name in args.kernels.split(","):
-        runs.append((name, build.load_variant(build.BY_NAME[name]).lib, lean))
+        k = build.load_variant(build.BY_NAME[name])
+        runs.append((name, k.lib, lean))
+        narrow[name] = k.narrow
+        if args.narrow is not None:
+            narrow[name] = None
+            spans = build.narrow_rows((0, 0, 0), args.narrow)
+            if spans is not None and all(k.lib.sd_set_x8_narrow(i, lo, hi) for i, (lo, hi) in enumerate(spans)):
+                runs.append((f"{name} ymm {args.narrow}", k.lib, lean))
+                narrow[f"{name} ymm {args.narrow}"] = spans
 
     ids = [(7919 * i + 13) % 150_000 for i in range(args.context + max(sizes))]
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     times: dict[tuple[str, int], list[float]] = {}
     idle = waited = 0
-    def forward(lib, lf, cache, idv, n, start, logits, keep):
+    def forward(lib, lf, cache, idv, n, start, logits, keep, label=None):
+        if label in narrow:
+            for i, (lo, hi) in enumerate(narrow[label] or ((1, 0), (1, 0))):
+                lib.sd_set_x8_narrow(i, lo, hi)
         return lib.sd_forward(lf._struct, abi.ptr(cache.keys), abi.ptr(cache.values), cache.capacity, abi.ptr(idv), n,
                               start, abi.ptr(logits), keep, args.threads)
 
@@ -107,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         lf._bench = (lib, cache)
         prefill = torch.empty(1, lf.vocab)
         idv = np.asarray(ids[: args.context], np.int32)
-        rc = forward(lib, lf, cache, idv, args.context, 0, prefill, 1)
+        rc = forward(lib, lf, cache, idv, args.context, 0, prefill, 1, label)
         assert rc == 0, rc
     for rep in range(args.repeats + 1):
         for n in sizes:
@@ -119,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
                     idle += _wait_idle(args.quiet)
                     waited += 1
                 t0 = time.perf_counter()
-                rc = forward(lib, lf, cache, idv, n, args.context, logits, n)
+                rc = forward(lib, lf, cache, idv, n, args.context, logits, n, label)
                 dt = time.perf_counter() - t0
                 assert rc == 0, rc
                 if rep:  # the first round warms caches and pages

@@ -98,7 +98,7 @@ def load_gguf(path: Path, *, device: str, dtype: str, key: str | None, progress:
                 if lean is not None and head_rows is not None:
                     notes.append(f"the draft's head limited to the {len(head_rows):,} most frequent tokens of "
                                  f"{head.rows:,} (FR-Spec: the target still scores every token)")
-                kernels, more = _describe(cm, lean, why_not, build.kernel().name)
+                kernels, more = _describe(cm, lean, why_not, build.kernel().described)
                 return GgufLoad(cm.model, cm.tokenizer, f"gguf({cm.quantization})", notes + more, lean, kernels,
                                 cm.report.matrix_bytes + cm.report.float_bytes)
         else:

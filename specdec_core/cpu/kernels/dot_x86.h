@@ -5,14 +5,6 @@
    The integer sums are exact whatever the lane layout, and the float steps follow
    dot_portable.h's order, so the results equal it bit for bit (tests/test_cpu_kernel.py). */
 
-/* Keep an accumulator in its register, in program order: without it GCC reassociates a row's
-   chain of integer adds into a tree, computes every product first and spills them to the stack
-   (measured: 2x slower multi-row passes). Integer adds are exact, so only speed is at stake. */
-#if defined(__GNUC__)
-#define SD_KEEP(v) __asm__("" : "+x"(v))
-#else
-#define SD_KEEP(v) (void)0
-#endif
 
 SD_INLINE float h2f(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 

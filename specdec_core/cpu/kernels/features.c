@@ -77,3 +77,19 @@ SD_EXPORT int sd_cpu_features(void) {
 #endif
   return f;
 }
+
+SD_EXPORT void sd_cpu_ident(int32_t* out) {
+  out[0] = out[1] = out[2] = 0;
+#if SD_ON_X86
+  unsigned r[4];
+  cpuid(0, 0, r);
+  /* the vendor string, ebx edx ecx: "GenuineIntel", "AuthenticAMD" */
+  if (r[1] == 0x756e6547u && r[3] == 0x49656e69u && r[2] == 0x6c65746eu) out[0] = 1;
+  if (r[1] == 0x68747541u && r[3] == 0x69746e65u && r[2] == 0x444d4163u) out[0] = 2;
+  if (r[0] < 1) return;
+  cpuid(1, 0, r);
+  const unsigned base = (r[0] >> 8) & 0xF, ext = (r[0] >> 20) & 0xFF;
+  out[1] = (int32_t)(base == 0xF ? base + ext : base);
+  out[2] = (int32_t)(((r[0] >> 4) & 0xF) | ((base == 0x6 || base == 0xF) ? ((r[0] >> 16) & 0xF) << 4 : 0));
+#endif
+}

@@ -360,9 +360,17 @@ static int mm_x8_rows(const int TYPE, const sd_mat* w, const sd_act* a, int64_t 
     (void)wbuf;                                                                                               \
     impl(TYPE, wrow, K, a, M, y, ldy);                                                                        \
   }
-#define VEC_DOT_X8(t, TYPE, impl)                                                                             \
+#if SD_X86 && defined(SD_VNNI) && SD_VNNI == 1 && !defined(SD_SIMDE_VNNI)
+/* the same matmuls on ymm registers (x8_narrow.c), for the pass sizes this CPU runs faster so */
+#define X8_NARROW(t, kind)                                                                                     \
+  if (M >= sd_x8_narrow_rows[kind][0] && M <= sd_x8_narrow_rows[kind][1]) return sd_x8_narrow_##t(w, a, M, n0, n1, y, ldy);
+#else
+#define X8_NARROW(t, kind)
+#endif
+#define VEC_DOT_X8(t, TYPE, impl, kind)                                                                       \
   static int vec_dot_x8_##t(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,    \
                             int64_t ldy) {                                                                    \
+    X8_NARROW(t, kind)                                                                                         \
     return impl(TYPE, w, a, M, n0, n1, y, ldy);                                                               \
   }
 VEC_DOT(q4_0, SD_Q4_0, row_b)
@@ -373,13 +381,14 @@ VEC_DOT(q8_0, SD_Q8_0, row_b)
 VEC_DOT(q4_K, SD_Q4_K, row_k)
 VEC_DOT(q5_K, SD_Q5_K, row_k)
 VEC_DOT(q6_K, SD_Q6_K, row_k)
-VEC_DOT_X8(q4_0, SD_Q4_0, mm_x8_b)
-VEC_DOT_X8(q5_0, SD_Q5_0, mm_x8_b)
-VEC_DOT_X8(q8_0, SD_Q8_0, mm_x8_b)
-VEC_DOT_X8(q4_K, SD_Q4_K, mm_x8_k)
-VEC_DOT_X8(q6_K, SD_Q6_K, mm_x8_k)
+VEC_DOT_X8(q4_0, SD_Q4_0, mm_x8_b, 1)
+VEC_DOT_X8(q5_0, SD_Q5_0, mm_x8_b, 1)
+VEC_DOT_X8(q8_0, SD_Q8_0, mm_x8_b, 1)
+VEC_DOT_X8(q4_K, SD_Q4_K, mm_x8_k, 0)
+VEC_DOT_X8(q6_K, SD_Q6_K, mm_x8_k, 0)
 #undef VEC_DOT
 #undef VEC_DOT_X8
+#undef X8_NARROW
 
 /* ------------------------------------------------------------------ float weights
    Float activations: each row's tree8 dot with the weight row, converted to floats once (wbuf)

@@ -108,6 +108,12 @@ SD_EXPORT int sd_requantize_q4_0(int type, const void* src, int64_t row_bytes, i
 /* rows -> x8 (layout SD_LAYOUT_X8) or x8 -> rows (SD_LAYOUT_ROWS; src is then x8) */
 SD_EXPORT int sd_repack(int type, const void* src, int64_t row_bytes, int64_t rows, int64_t K, void* out, int layout,
                         int nthreads);
+/* kind 0 (K-quants) or 1 (32-element blocks): passes of lo..hi activation rows take the build's
+   ymm copy of the interleaved matmuls (x8_narrow.c); 0 where the build has none */
+SD_EXPORT int sd_set_x8_narrow(int kind, int lo, int hi);
+/* the CPU's vendor (1 Intel, 2 AMD, 0 other), family and model (cpuid leaf 1, extended fields
+   added), into out[3] */
+SD_EXPORT void sd_cpu_ident(int32_t* out);
 /* sizeof and offsetof of the structs above, as this compiler lays them out (for the tests) */
 SD_EXPORT int sd_abi_layout(int64_t* out, int n);
 
@@ -210,6 +216,14 @@ SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
 SD_INLINE void sd_prefetch(const void* p, size_t n) {
   for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T0);
 }
+/* Keep an accumulator in its register, in program order: without it GCC reassociates a row's
+   chain of integer adds into a tree, computes every product first and spills them to the stack
+   (measured: 2x slower multi-row passes). Integer adds are exact, so only speed is at stake. */
+#if defined(__GNUC__)
+#define SD_KEEP(v) __asm__("" : "+x"(v))
+#else
+#define SD_KEEP(v) (void)0
+#endif
 #endif
 
 /* -- the type traits: everything the kernel does with one block type, in one table (quants.c's
@@ -259,6 +273,11 @@ sd_x8_map sd_x8_map_q4_0, sd_x8_map_q5_0, sd_x8_map_q8_0, sd_x8_map_q4_K, sd_x8_
 void sd_x8_row(const sd_mat* w, int64_t n, uint8_t* row); /* row n of an x8 matrix, in the file's layout */
 void* sd_alloc(size_t n); /* 64-byte aligned (activation rows: no load splits a cache line); NULL on failure */
 void sd_free(void* p);
+
+/* x8_narrow.c: the interleaved matmuls on ymm registers in the avx512vnni build (sd_vec_dot_x8
+   each), and the pass sizes that take them: [K-quants, 32-element blocks][first, last] */
+sd_vec_dot_x8 sd_x8_narrow_q4_0, sd_x8_narrow_q5_0, sd_x8_narrow_q8_0, sd_x8_narrow_q4_K, sd_x8_narrow_q6_K;
+extern int sd_x8_narrow_rows[2][2];
 
 /* quants.c */
 void sd_quantize_rows(const float* x, int64_t M, int64_t K, int blk, sd_act* out, int64_t row0);

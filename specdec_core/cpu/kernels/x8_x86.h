@@ -23,8 +23,11 @@
 #include <simde/x86/avx512/dpwssd.h>
 #endif
 
-/* groups of 8 rows per register: the avx512vnni build works on zmm registers, two groups */
-#if SD_VNNI == 1
+/* groups of 8 rows per register: the avx512vnni build works on zmm registers, two groups, and
+   also compiles this file on ymm registers (SD_XG 1: x8_narrow.c) */
+#if defined(SD_XG)
+#define XG SD_XG
+#elif SD_VNNI == 1
 #define XG 2
 #else
 #define XG 1
@@ -105,7 +108,7 @@ SD_INLINE xvi xv_pair(__m256i lo, __m256i hi) { (void)hi; return lo; }
 SD_INLINE xvf xf_pair(__m256 lo, __m256 hi) { (void)hi; return lo; }
 #endif
 
-/* SD_KEEP (dot_x86.h) for these registers; SIMDe's emulated zmm are structs in memory */
+/* SD_KEEP (sdcpu.h) for these registers; SIMDe's emulated zmm are structs in memory */
 #if XG == 2 && defined(SD_SIMDE_VNNI)
 #define X_KEEP(v) (void)(v)
 #elif XG == 2 && defined(__GNUC__)
@@ -146,8 +149,10 @@ SD_INLINE __m256i y_dot4m(__m256i acc, __m256i c, const int8_t* p) {
 #if X_DP
 /* acc + the products of codes c and the 4 activation codes at p (VNNI builds) */
 SD_INLINE xvi xv_dot4(xvi acc, xvi c, const int8_t* p) {
-#if X_EMBED
+#if X_EMBED && XG == 2
   return z_dot4m(acc, c, p);
+#elif X_EMBED
+  return y_dot4m(acc, c, p);
 #else
   return xv_dpbusd(acc, c, xv_bcast4(p));
 #endif
