@@ -1,5 +1,5 @@
 /* The interleaved ("x8", sdcpu.h) matmuls on x86-64: AVX2, AVX-VNNI, AVX512-VNNI. Included by
-   quants.c after dot_x86.h.
+   quants.c after dot_x86.h, and by x8_narrow.c (the avx512vnni build's ymm copy).
 
    One register holds 8 weight rows x 4 codes (the avx512vnni build: two groups, 16 rows), each
    activation row's 4 codes broadcast against it: output row r lives in 32-bit lane r from the
