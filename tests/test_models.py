@@ -151,7 +151,7 @@ def test_load_quantized_gguf_reports_its_quantization(tmp_path):
     path = save_gguf(tmp_path / "tiny-q8.gguf", make_model(len(tok), seed=0), tok, quantized=True)
     lm = load_model(str(path), device="cpu")
     assert lm.info.quantization == "gguf(Q8_0)"
-    assert lm.info.kernels.startswith(build.kernel().name + " kernel: Q8_0 x")
+    assert lm.info.kernels.startswith(build.kernel().described + " kernel: Q8_0 x")
 
 
 def test_truncated_gguf_is_refused(tmp_path):
