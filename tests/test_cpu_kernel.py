@@ -324,6 +324,8 @@ def test_the_ymm_passes_are_chosen_by_cpu_and_by_setting(monkeypatch):
     assert build.narrow_rows(zen4, "off") is None
     assert build.narrow_rows((1, 6, 143), "5-9") == ((5, 9), (1, 0))
     assert build.narrow_rows((1, 6, 143), "5-9, 3-4") == ((5, 9), (3, 4))
+    one_span = build.Kernel(None, build.BY_NAME["avx512vnni"], Path("x"), ((5, 9), (1, 0)))
+    assert one_span.described == "avx512vnni (ymm unit: K-quants 5-9 rows)"
     with pytest.raises(build.KernelUnavailable, match="SPECDEC_X8_NARROW"):
         build.narrow_rows(zen4, "five")
     vendor, family, _ = build.cpu_ident()

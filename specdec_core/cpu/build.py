@@ -205,8 +205,9 @@ class Kernel:
         """The build as reports name it: "avx512vnni", or with its ymm passes where it takes them."""
         if not self.narrow:
             return self.name
-        (k0, k1), (b0, b1) = self.narrow
-        return f"{self.name} (ymm unit: K-quants {k0}-{k1} rows, 32-element blocks {b0}-{b1})"
+        spans = [f"{what} {lo}-{hi} rows" for what, (lo, hi) in zip(("K-quants", "32-element blocks"), self.narrow)
+                 if lo <= hi]
+        return f"{self.name} (ymm unit: {', '.join(spans)})"
 
 
 # Which passes take the avx512vnni build's ymm copy of the interleaved matmuls (x8_narrow.c), as
