@@ -2,7 +2,7 @@
 
     python -m specdec_core.cpu.passbench [--role target|draft] [--rows 1,2,5,9,17]
                                          [--kernels avx2,avx512vnni] [--repeats 15] [--threads 2]
-                                         [--context 128] [--before SRC_DIR] [--narrow 5-12,3-8]
+                                         [--context 128] [--before SRC_DIR] [--narrow 5-16,3-9]
 
 Loads an embedded model as Engine.load runs it (the draft requantized), reads `--context`
 tokens into a cache, then times passes of each size at that position (a verification: every
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="run the older kernel on the interleaved matrices too (an older kernel that has them)")
     ap.add_argument("--narrow", default=None, metavar="SPANS",
                     help="also time each kernel with its ymm copy of the interleaved matmuls on these pass "
-                         "sizes (SPECDEC_X8_NARROW's form: 5-12 or 5-12,3-8; 'off' for none); the plain "
+                         "sizes (SPECDEC_X8_NARROW's form: 5-16 or 5-16,3-9; 'off' for none); the plain "
                          "label is then the zmm copy for every pass")
     ap.add_argument("--quiet", type=float, default=0.0, metavar="S",
                     help="before each timed pass, wait up to S seconds for no other runnable task (Linux: "
