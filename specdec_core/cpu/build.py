@@ -213,13 +213,16 @@ class Kernel:
 # Which passes take the avx512vnni build's ymm copy of the interleaved matmuls (x8_narrow.c), as
 # ((first, last) activation rows of the K-quants, the same of the 32-element blocks), by CPU
 # (vendor, family) as sd_cpu_ident reads it. Measured where listed, both widths side by side in
-# passbench (speed notes, item 115); every other CPU keeps the zmm unit for every pass (the ymm
+# passbench (speed notes, items 115-116); every other CPU keeps the zmm unit for every pass (the ymm
 # copy is not measured there: the Intel VM's passes were tuned on zmm). Both copies give the same
-# numbers bit for bit.
+# numbers bit for bit. (1, 0): no pass of that kind.
 Narrow = tuple[tuple[int, int], tuple[int, int]]
 NARROW_ENV = "SPECDEC_X8_NARROW"
 NARROW_BY_CPU: dict[tuple[int, int], Narrow] = {
-    (2, 25): ((5, 16), (3, 9)),  # AMD family 25 with AVX-512: Zen 4 (5-9-row passes 10-23% cheaper on ymm)
+    # AMD family 25 with AVX-512, Zen 4: the draft's 3-9-row passes 6-19% cheaper on ymm (item 115).
+    # The K-quants' 5-16-row passes were 10-23% cheaper on ymm while the blocks ahead were hinted
+    # into L1; hinted into L2 (item 116) zmm is 3-9% cheaper than ymm at every size, so none.
+    (2, 25): ((1, 0), (3, 9)),
 }
 
 

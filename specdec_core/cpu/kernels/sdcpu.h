@@ -216,6 +216,13 @@ SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
 SD_INLINE void sd_prefetch(const void* p, size_t n) {
   for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T0);
 }
+/* the same on their way to L2 only: a stream of whole blocks hinted into L1 holds a miss buffer
+   a line until it lands, so hinting a block of 1-4 rows' matmul (27 lines of Q6_K) stalled the
+   loads behind it on the Zen 4 VM -- its Q6_K matmuls then read memory and computed in turn,
+   not at once (speed notes, item 116) */
+SD_INLINE void sd_prefetch_l2(const void* p, size_t n) {
+  for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T1);
+}
 /* Keep an accumulator in its register, in program order: without it GCC reassociates a row's
    chain of integer adds into a tree, computes every product first and spills them to the stack
    (measured: 2x slower multi-row passes). Integer adds are exact, so only speed is at stake. */
