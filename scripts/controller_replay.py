@@ -56,6 +56,16 @@ COSTS = {
     "zen4": dict(base=0.0345, per_ctx=0.000012, row=0.15, draft=0.27, draft_row=0.10, read=0.073, prefill_row=0.0070,
                  prefill_quad=0.000003, rows=[1.0, 1.12, 1.33, 1.54, 2.29, 2.36, 2.50, 2.62, 2.77, 3.02, 3.17, 3.28,
                                               3.47, 3.64, 3.69, 3.98, 4.16]),
+    # the same VM on 2026-12-07 (f) with the ymm copy for 5-16 rows (item 115; passbench at context
+    # 256, avx512vnni build, medians; the draft's 64-row read 2.16 ms a token; speed notes item 116)
+    "zen4-ymm": dict(base=0.0287, per_ctx=0.000012, row=0.15, draft=0.31, draft_row=0.08, read=0.068, prefill_row=0.0070,
+                     prefill_quad=0.000003, rows=[1.0, 1.15, 1.47, 1.59, 2.02, 2.24, 2.50, 2.74, 3.10, 3.23, 3.44, 3.56,
+                                                  3.84, 4.04, 4.24, 4.54, 4.64]),
+    # the same VM and sitting with the blocks ahead hinted into L2 (item 116; zmm for every pass of
+    # the target, passbench medians at context 256, interleaved with the parent's kernel)
+    "zen4-l2": dict(base=0.0265, per_ctx=0.000012, row=0.15, draft=0.33, draft_row=0.08, read=0.077, prefill_row=0.0065,
+                    prefill_quad=0.000003, rows=[1.0, 1.04, 1.26, 1.48, 2.02, 2.22, 2.43, 2.63, 2.81, 2.95, 3.10, 3.38,
+                                                 3.59, 3.80, 4.01, 4.22, 4.30]),
     # the same with 5-8 rows on the direct path (item 109, tried and not taken: those passes 0.80-0.82 of
     # the unit's)
     "zen4-direct8": dict(base=0.0345, per_ctx=0.000012, row=0.15, draft=0.27, draft_row=0.10, read=0.073,
@@ -107,23 +117,37 @@ def record(args) -> None:
             margins.append(ev.margin)
         # the draft's pick after each answer prefix (the first answer token comes from the
         # target's prefill, so the draft predicts answer[1:], given the prompt's window + answer)
-        window = ids[-FIRST_READ:]
-        draft_lm.reset()
         if len(toks) < 2:
             continue
-        with torch.no_grad():
-            logits = draft_lm.forward(window + toks[:-1], logits_to_keep=len(toks) - 1)  # [n-1, V]
-        probs = torch.softmax(logits.float(), dim=-1)
-        conf, pick = probs.max(dim=-1)
+        # and the same for each other first-read window asked for (--windows): what the draft
+        # would pick had it read less of the prompt (a prompt within a window reads the same)
+        by_window = {}
+        for w in sorted({FIRST_READ, *args.windows}):
+            if by_window and len(ids) <= max(by_window):
+                by_window[w] = by_window[max(by_window)]
+                continue
+            draft_lm.reset()
+            with torch.no_grad():
+                logits = draft_lm.forward(ids[-w:] + toks[:-1], logits_to_keep=len(toks) - 1)  # [n-1, V]
+            conf, pick = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+            by_window[w] = ([None] + pick.tolist(), [None] + conf.tolist())
         json.dump(dict(id=p["id"], category=p["category"], prompt=ids, answer=toks, pieces=pieces,
-                       margins=margins, draft_pick=[None] + pick.tolist(),
-                       draft_conf=[None] + conf.tolist(), stop=g.stats.stop_reason), open(path, "w"))
+                       margins=margins, draft_pick=by_window[FIRST_READ][0],
+                       draft_conf=by_window[FIRST_READ][1], stop=g.stats.stop_reason,
+                       by_window={str(w): v for w, v in by_window.items() if w != FIRST_READ}), open(path, "w"))
         print(p["id"], len(ids), len(toks), file=sys.stderr, flush=True)
 
 
 
+def _prefill(cost: dict, prompt: list[int], head: int) -> float:
+    """The target's read of a prompt past `head`: the chat template's first tokens, which both
+    models read before the message (the app after loading, the bench before each prompt:
+    Engine.read_template_head)."""
+    return (len(prompt) - head) * (cost["prefill_row"] + cost["prefill_quad"] * len(prompt))
+
+
 def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_window: int = FIRST_READ,
-               catchup_window: int = 16, peek: int = 0, guess: tuple[int, int] = (0, 0)) -> dict:
+               catchup_window: int = 16, peek: int = 0, guess: tuple[int, int] = (0, 0), head: int = 0) -> dict:
     """One recorded answer through the decoder's loop with the real controller and lookup index:
     (standard seconds, speculative seconds, both with the prefill, and the prefill)."""
     from specdec_core.adaptive import AdaptiveDraftLength, StepOutcome
@@ -133,20 +157,23 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
 
     prompt, ans, pieces, margins = rec["prompt"], rec["answer"], rec["pieces"], rec["margins"]
     pick, conf = rec["draft_pick"], rec["draft_conf"]
+    if str(first_window) in rec.get("by_window", {}):  # recorded with --windows
+        pick, conf = rec["by_window"][str(first_window)]
     n = len(ans)
 
     def plain(ctx: int) -> float:
         return cost["base"] + cost["per_ctx"] * ctx
 
-    prefill = len(prompt) * (cost["prefill_row"] + cost["prefill_quad"] * len(prompt))
+    prefill = _prefill(cost, prompt, head)
     standard = prefill + sum(plain(len(prompt) + j) for j in range(1, n))
-    policy = AdaptiveDraftLength(sources=(LOOKUP, DRAFT), **policy_kw)
+    kw = {"sources": (LOOKUP, DRAFT), **policy_kw}  # --set sources='["lookup"]': lookup alone
+    policy = AdaptiveDraftLength(**{**kw, "sources": tuple(kw["sources"])})
     policy.observe_prefill(len(prompt), prefill)
     lookup = PromptLookupProposer()
     kind = TextKind()
     kind.push(pieces[0])
     ids = prompt + ans[:1]
-    emitted, seen, fresh, t = 1, 0, True, prefill
+    emitted, seen, fresh, t = 1, head, True, prefill
     used = {"draft": [0, 0], "lookup": [0, 0]}
     catch_tokens = 0
     while emitted < n:
@@ -240,7 +267,8 @@ def _guess(index, seq: list[int], g: int, m: int) -> list[int]:
     return []
 
 
-def oracle_one(rec: dict, cost: dict, budget: int = 128, k_max: int = 16, first_window: int = FIRST_READ) -> dict:
+def oracle_one(rec: dict, cost: dict, budget: int = 128, k_max: int = 16, first_window: int = FIRST_READ,
+               head: int = 0) -> dict:
     """The least time any controller could take for a recorded answer with this pair and these
     costs: knowing the future, every step picks a plain step, lookup's copy or the draft's run and
     its length (a dynamic program over the answer's positions). The draft pays its first read
@@ -255,7 +283,7 @@ def oracle_one(rec: dict, cost: dict, budget: int = 128, k_max: int = 16, first_
     def plain(ctx: int) -> float:
         return cost["base"] + cost["per_ctx"] * ctx
 
-    prefill = len(prompt) * (cost["prefill_row"] + cost["prefill_quad"] * len(prompt))
+    prefill = _prefill(cost, prompt, head)
     standard = prefill + sum(plain(len(prompt) + j) for j in range(1, n))
     index = NgramIndex(MATCH_MAX, 1)
     look = [(0, 0)] * (n + 1)  # at i tokens emitted: (tokens lookup has, how many of them are right)
@@ -284,17 +312,18 @@ def oracle_one(rec: dict, cost: dict, budget: int = 128, k_max: int = 16, first_
             t[i] = min(options)
         return t[1]
 
-    read = min(first_window, len(prompt)) * cost["read"] * plain(len(prompt))
+    read = min(first_window, len(prompt) - head) * cost["read"] * plain(len(prompt))
     return dict(standard=standard, ceiling=prefill + min(best(False), best(True) + read), prefill=prefill)
 
 
 def oracle(args) -> None:
-    cost = dict(COSTS[args.costs])
+    cost = _costs(args)
     by_cat: dict[str, list[float]] = {}
-    for path in sorted(Path(args.dir).glob("*.json")):
-        rec = json.load(open(path))
-        o = oracle_one(rec, cost, budget=args.budget)
-        r = replay_one(rec, cost, {}, budget=args.budget)
+    recs = [json.load(open(path)) for path in sorted(Path(args.dir).glob("*.json"))]
+    head = _template_head(recs) if args.head else 0
+    for rec in recs:
+        o = oracle_one(rec, cost, budget=args.budget, head=head)
+        r = replay_one(rec, cost, {}, budget=args.budget, head=head)
         ceil, got = o["standard"] / o["ceiling"], r["standard"] / r["speculative"]
         by_cat.setdefault(rec["category"], []).append((ceil, got))
         if args.show:
@@ -304,18 +333,37 @@ def oracle(args) -> None:
               f"{statistics.median(g for _, g in xs):.3f}x  n={len(xs)}")
 
 
-def replay(args) -> None:
+def _template_head(recs: list[dict]) -> int:
+    """The chat template's head: the tokens every recorded prompt begins with."""
+    if len(recs) < 2:
+        return 0
+    first, n = recs[0]["prompt"], len(recs[0]["prompt"])
+    for rec in recs[1:]:
+        n = next((i for i, (a, b) in enumerate(zip(first[:n], rec["prompt"])) if a != b), min(n, len(rec["prompt"])))
+    return n
+
+
+def _costs(args) -> dict:
     cost = dict(COSTS[args.costs])
+    for item in args.cost or ():
+        key, value = item.split("=", 1)
+        cost[key] = json.loads(value)
+    return cost
+
+
+def replay(args) -> None:
+    cost = _costs(args)
     kw = {}
     for item in args.set or ():
         key, value = item.split("=", 1)
         kw[key] = json.loads(value)
     by_cat: dict[str, list[float]] = {}
     e2e_all, low = [], []
-    for path in sorted(Path(args.dir).glob("*.json")):
-        rec = json.load(open(path))
+    recs = [json.load(open(path)) for path in sorted(Path(args.dir).glob("*.json"))]
+    head = _template_head(recs) if args.head else 0
+    for rec in recs:
         r = replay_one(rec, cost, kw, budget=args.budget, first_window=args.first_window, peek=args.peek,
-                       guess=tuple(args.guess))
+                       guess=tuple(args.guess), head=head)
         dec_std = r["standard"] - r["prefill"]
         dec_spec = r["speculative"] - r["prefill"]
         ratio = dec_std / dec_spec if dec_spec > 0 else 1.0
@@ -339,6 +387,8 @@ def main() -> None:
     r.add_argument("--categories", default="")
     r.add_argument("--max-new-tokens", type=int, default=128)
     r.add_argument("--out", required=True)
+    r.add_argument("--windows", type=lambda v: [int(x) for x in v.split(",") if x], default=[],
+                   help="also record the draft's picks after these first-read windows (e.g. 16,32,64)")
     p = sub.add_parser("replay")
     p.add_argument("dir")
     p.add_argument("--costs", default="vnni", choices=tuple(COSTS))
@@ -349,11 +399,16 @@ def main() -> None:
                    help="the draft's passes also feed lookup's next G tokens after a match of M+")
     p.add_argument("--budget", type=int, default=128, help="the answers' token budget (the recordings' --max-new-tokens)")
     p.add_argument("--first-window", type=int, default=FIRST_READ, help="the draft's first read window")
+    p.add_argument("--head", action="store_true",
+                   help="both models have read the template's head before the prompt (as the app and bench do)")
     o = sub.add_parser("oracle", help="the ceiling: each step's best choice knowing the future")
     o.add_argument("dir")
     o.add_argument("--costs", default="vnni", choices=tuple(COSTS))
     o.add_argument("--budget", type=int, default=128)
     o.add_argument("--show", action="store_true")
+    o.add_argument("--head", action="store_true", help="as replay's --head")
+    for sp in (p, o):
+        sp.add_argument("--cost", action="append", help="a cost table entry changed, KEY=JSON (what-if: e.g. draft=0.26)")
     args = ap.parse_args()
     {"record": record, "replay": replay, "oracle": oracle}[args.cmd](args)
 
