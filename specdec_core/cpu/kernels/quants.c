@@ -281,7 +281,9 @@ static void act_from_float_256(const float* x, int64_t M, int64_t K, sd_act* out
 
 static sd_vec_dot vec_dot_f32, vec_dot_f16, vec_dot_bf16, vec_dot_q4_0, vec_dot_q4_1, vec_dot_q5_0, vec_dot_q5_1,
     vec_dot_q8_0, vec_dot_q4_K, vec_dot_q5_K, vec_dot_q6_K;
-static sd_vec_dot_x8 vec_dot_x8_q4_0, vec_dot_x8_q5_0, vec_dot_x8_q8_0, vec_dot_x8_q4_K, vec_dot_x8_q6_K;
+#define X8_DECL(t, TYPE, impl, kind) static sd_vec_dot_x8 vec_dot_x8_##t;
+SD_X8_TYPES(X8_DECL) /* sdcpu.h's list */
+#undef X8_DECL
 
 /* a type's entry from its name (blk_<t>, sd_to_float_<t>, vec_dot_<t>, ...): float weights take
    float rows; block types take 8-bit activations in blocks of `act`; _X8: it also interleaves */
@@ -381,11 +383,7 @@ VEC_DOT(q8_0, SD_Q8_0, row_b)
 VEC_DOT(q4_K, SD_Q4_K, row_k)
 VEC_DOT(q5_K, SD_Q5_K, row_k)
 VEC_DOT(q6_K, SD_Q6_K, row_k)
-VEC_DOT_X8(q4_0, SD_Q4_0, mm_x8_b, 1)
-VEC_DOT_X8(q5_0, SD_Q5_0, mm_x8_b, 1)
-VEC_DOT_X8(q8_0, SD_Q8_0, mm_x8_b, 1)
-VEC_DOT_X8(q4_K, SD_Q4_K, mm_x8_k, 0)
-VEC_DOT_X8(q6_K, SD_Q6_K, mm_x8_k, 0)
+SD_X8_TYPES(VEC_DOT_X8)
 #undef VEC_DOT
 #undef VEC_DOT_X8
 #undef X8_NARROW

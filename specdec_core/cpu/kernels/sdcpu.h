@@ -281,9 +281,19 @@ void sd_x8_row(const sd_mat* w, int64_t n, uint8_t* row); /* row n of an x8 matr
 void* sd_alloc(size_t n); /* 64-byte aligned (activation rows: no load splits a cache line); NULL on failure */
 void sd_free(void* p);
 
+/* The types with an interleaved (x8) layout, as X(name, type id, matmul, kind) -- kind 0 the
+   K-quants, 1 the 32-element blocks (sd_x8_narrow_rows' index): the one list that quants.c's
+   matmul instances and x8_narrow.c's ymm copies are made from, so the two cannot drift apart.
+   (quants.c's table marks the same types BLOCK_TYPE_X8.) */
+#define SD_X8_TYPES(X)                                                                          \
+  X(q4_0, SD_Q4_0, mm_x8_b, 1) X(q5_0, SD_Q5_0, mm_x8_b, 1) X(q8_0, SD_Q8_0, mm_x8_b, 1)        \
+  X(q4_K, SD_Q4_K, mm_x8_k, 0) X(q6_K, SD_Q6_K, mm_x8_k, 0)
+
 /* x8_narrow.c: the interleaved matmuls on ymm registers in the avx512vnni build (sd_vec_dot_x8
    each), and the pass sizes that take them: [K-quants, 32-element blocks][first, last] */
-sd_vec_dot_x8 sd_x8_narrow_q4_0, sd_x8_narrow_q5_0, sd_x8_narrow_q8_0, sd_x8_narrow_q4_K, sd_x8_narrow_q6_K;
+#define SD_X8_NARROW_DECL(t, TYPE, impl, kind) sd_vec_dot_x8 sd_x8_narrow_##t;
+SD_X8_TYPES(SD_X8_NARROW_DECL)
+#undef SD_X8_NARROW_DECL
 extern int sd_x8_narrow_rows[2][2];
 
 /* quants.c */

@@ -1,12 +1,12 @@
 /* The interleaved matmuls once more on ymm registers, for the avx512vnni build (and the amx
    build, which is avx512vnni's plus tiles): x8_x86.h compiled with one group of 8 weight rows a
    register (SD_XG 1), where quants.c's own copy takes two (zmm). Which passes take this copy is
-   decided per CPU (build.py's narrow_rows, through sd_set_x8_narrow). On the AMD Zen 4 VM,
-   where the zmm unit's two groups are two streams of blocks a few KB apart (likely the cause:
-   such a pair reads at 60-70% of one stream's rate there, speed notes, item 111), the target's passes of 5-9 rows measured
-   10-23% cheaper on the ymm copy and those of 12-16 rows 1-9%, the draft's (Q4_0) of 3-9 rows
-   6-19% (item 115); from 20 rows on the zmm copy is the faster, and below 5 rows both run the
-   same direct path (ymm in both).
+   decided per CPU (build.py's narrow_rows, through sd_set_x8_narrow). On the AMD Zen 4 VM the
+   draft's passes (Q4_0) of 3-9 rows measured 6-19% cheaper on this copy (speed notes, item
+   115). The target's K-quant passes of 5-16 rows were 10-23% cheaper too while the blocks
+   ahead were hinted into L1; hinted into L2 (sdcpu.h's sd_prefetch_l2) the zmm copy is the
+   faster at every size (item 116), so there they no longer take this one. Below 5 rows both
+   copies run the same direct path (ymm in both).
    Every lane sums the same integers and takes the same float steps in either width (x8_x86.h's
    header), so both copies give the same numbers bit for bit (tests/test_cpu_kernel.py, on a
    CPU with AVX512-VNNI). Other builds compile nothing here but the setter, which says they
@@ -25,16 +25,12 @@
 #include <immintrin.h>
 #include "x8_x86.h"
 
-#define NARROW(t, TYPE, impl)                                                                            \
+#define NARROW(t, TYPE, impl, kind)                                                                    \
   int sd_x8_narrow_##t(const sd_mat* w, const sd_act* a, int64_t M, int64_t n0, int64_t n1, float* y,  \
                        int64_t ldy) {                                                                   \
     return impl(TYPE, w, a, M, n0, n1, y, ldy);                                                         \
   }
-NARROW(q4_0, SD_Q4_0, mm_x8_b)
-NARROW(q5_0, SD_Q5_0, mm_x8_b)
-NARROW(q8_0, SD_Q8_0, mm_x8_b)
-NARROW(q4_K, SD_Q4_K, mm_x8_k)
-NARROW(q6_K, SD_Q6_K, mm_x8_k)
+SD_X8_TYPES(NARROW) /* sdcpu.h's list, as quants.c's instances */
 #undef NARROW
 #else
 #define SD_X8_NARROW 0
