@@ -385,7 +385,7 @@ SD_INLINE void kx8_unit(const int TYPE, const sd_mat* w, const sd_act* a, int64_
   for (int64_t b = 0; b < nb; b++) {
     for (int gi = 0; gi < XG; gi++) { /* a missing second group: the first again, its lanes unused */
       const uint8_t* blk = (const uint8_t*)w->data + ((g + (gi < ng ? gi : 0)) * nb + b) * xb;
-      sd_prefetch_l2(blk + 2 * xb, xb);
+      sd_prefetch_l2(blk + 2 * xb, xb); /* two blocks ahead into L2 (sdcpu.h); past a group's last: the next group's */
       kx8_decode(TYPE, blk, &s, gi);
     }
     for (int64_t m0 = 0; m0 < M; m0 += X_ROWS) {
@@ -659,7 +659,7 @@ SD_INLINE void kx8_direct_group(const int TYPE, const int R, const sd_mat* w, co
   const uint8_t* base = (const uint8_t*)w->data + g * nb * xb;
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; b++) {
-    sd_prefetch_l2(base + (b + 4) * xb, xb); /* four blocks ahead, into L2 (sdcpu.h) */
+    sd_prefetch_l2(base + (b + 4) * xb, xb); /* four blocks ahead into L2 (sdcpu.h; a hint: past the end is harmless) */
     kx8_direct(TYPE, R, base + b * xb, a->qs + b * QKK, K, kx8_sums(TYPE, a, 0, b), kx8_sums_ld(TYPE, K), a->d + b, nb,
                acc);
   }
