@@ -216,10 +216,10 @@ SD_INLINE void scale_min_k4(int j, const uint8_t* s, int* sc, int* m) {
 SD_INLINE void sd_prefetch(const void* p, size_t n) {
   for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T0);
 }
-/* the same on their way to L2 only: a stream of whole blocks hinted into L1 holds a miss buffer
-   a line until it lands, so hinting a block of 1-4 rows' matmul (27 lines of Q6_K) stalled the
-   loads behind it on the Zen 4 VM -- its Q6_K matmuls then read memory and computed in turn,
-   not at once (speed notes, item 116) */
+/* the same on their way to L2 only. Whole blocks hinted into L1 (27 lines a Q6_K block) left the
+   Zen 4 VM's matmuls of 1-16 rows reading memory and computing in turn, not at once -- likely
+   the L1's few miss buffers, each held by a line until it lands, with the block's own loads
+   waiting behind them; hinted into L2 their passes were 15-26% cheaper (speed notes, item 116) */
 SD_INLINE void sd_prefetch_l2(const void* p, size_t n) {
   for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char*)p + o, _MM_HINT_T1);
 }
