@@ -166,8 +166,8 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
 
     prefill = _prefill(cost, prompt, head)
     standard = prefill + sum(plain(len(prompt) + j) for j in range(1, n))
-    kw = {"sources": (LOOKUP, DRAFT), **policy_kw}  # --set sources='["lookup"]': lookup alone
-    policy = AdaptiveDraftLength(**{**kw, "sources": tuple(kw["sources"])})
+    # --set sources='["lookup"]': lookup alone
+    policy = AdaptiveDraftLength(**{**policy_kw, "sources": tuple(policy_kw.get("sources", (LOOKUP, DRAFT)))})
     policy.observe_prefill(len(prompt), prefill)
     lookup = PromptLookupProposer()
     kind = TextKind()
@@ -343,20 +343,18 @@ def _template_head(recs: list[dict]) -> int:
     return n
 
 
+def _fields(items) -> dict:
+    """KEY=JSON items (--set, --cost) as a dict."""
+    return {key: json.loads(value) for key, value in (item.split("=", 1) for item in items or ())}
+
+
 def _costs(args) -> dict:
-    cost = dict(COSTS[args.costs])
-    for item in args.cost or ():
-        key, value = item.split("=", 1)
-        cost[key] = json.loads(value)
-    return cost
+    return {**COSTS[args.costs], **_fields(args.cost)}
 
 
 def replay(args) -> None:
     cost = _costs(args)
-    kw = {}
-    for item in args.set or ():
-        key, value = item.split("=", 1)
-        kw[key] = json.loads(value)
+    kw = _fields(args.set)
     by_cat: dict[str, list[float]] = {}
     e2e_all, low = [], []
     recs = [json.load(open(path)) for path in sorted(Path(args.dir).glob("*.json"))]
