@@ -52,6 +52,9 @@ class DraftModelProposer:
         # before i), so the cache stands for seq[: lm.length + offset].
         self.seq: list[int] = []
         self.gaps: list[tuple[int, int]] = []
+        # seconds of a pass that feeds one token (EMA over proposals): what a proposing pass that
+        # also reads a backlog would have cost without it, so that its catch-up is told apart
+        self.one_row_seconds: float | None = None
         self.fresh = True  # nothing of this sequence read yet past what a reset kept
 
     @property
@@ -157,8 +160,11 @@ class DraftModelProposer:
         start = self.lm.forward_passes
         # Feed whatever the cache lacks: the target's last token (and, after an all-accepted
         # step, the last draft token the draft never fed) -- or a backlog: the prompt on a
-        # late start, the text of steps the draft did not propose. A backlog is read in a pass
-        # of its own (no logits), so its time is told apart from what the drafted tokens cost.
+        # late start, the text of steps the draft did not propose. A backlog rides in the first
+        # proposing pass: a pass of its own would read every weight once more for it (~0.25 of
+        # a target step on the embedded pair; speed notes, item 117). Its time is that pass's
+        # less what a one-token pass takes (measured here); until one was measured it is read
+        # in a pass of its own, which measures it exactly.
         seen = self.seen
         pending = ids[seen:]
         self.seq = ids
@@ -168,14 +174,22 @@ class DraftModelProposer:
             if skip:
                 self.gaps.append((seen, skip))
                 pending = pending[skip:]
-            t = self.clock()
-            self.lm.forward(pending[:-1], logits_to_keep=0)
-            catchup, read, pending = self.clock() - t, len(pending) - 1, pending[-1:]
+            read = len(pending) - 1
+            if self.one_row_seconds is None:
+                t = self.clock()
+                self.lm.forward(pending[:-1], logits_to_keep=0)
+                catchup, pending = self.clock() - t, pending[-1:]
         self.fresh = False
         sure = 1.0  # the draft's own probability that every token so far is right
         expected = 0.0  # the sum of those: the number of these tokens it expects kept
         for _ in range(k):
+            t = self.clock()
             logits = self.lm.forward(pending, logits_to_keep=1)[-1]  # [V]
+            took = self.clock() - t
+            if len(pending) == 1:
+                self.one_row_seconds = took if self.one_row_seconds is None else 0.7 * self.one_row_seconds + 0.3 * took
+            elif len(pending) > 2:  # the backlog read with this pass: its share of the time
+                catchup = max(took - (self.one_row_seconds or 0.0), 0.0)
             if constraint is not None:
                 logits = constraint.mask(logits[None], tokens, first=len(tokens))[0]
                 if not bool(torch.isfinite(logits).any()):
