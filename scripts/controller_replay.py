@@ -63,9 +63,16 @@ COSTS = {
                                                   3.84, 4.04, 4.24, 4.54, 4.64]),
     # the same VM and sitting with the blocks ahead hinted into L2 (item 116; zmm for every pass of
     # the target, passbench medians at context 256, interleaved with the parent's kernel)
-    "zen4-l2": dict(base=0.0265, per_ctx=0.000012, row=0.15, draft=0.33, draft_row=0.08, read=0.077, prefill_row=0.0065,
+    "zen4-l2": dict(draft_pass=[0.32, 0.35, 0.50, 0.57], base=0.0265, per_ctx=0.000012, row=0.15, draft=0.33, draft_row=0.08, read=0.077, prefill_row=0.0065,
                     prefill_quad=0.000003, rows=[1.0, 1.04, 1.26, 1.48, 2.02, 2.22, 2.43, 2.63, 2.81, 2.95, 3.10, 3.38,
                                                  3.59, 3.80, 4.01, 4.22, 4.30]),
+    # the same VM on 2026-12-07 (g), the avx2 build (passbench at context 256, medians, one process with
+    # avx512vnni's: 1 row 33.0 ms against 30.9; the draft's one-row pass 10.0 ms, its 64-row read 3.7 ms a
+    # token; the target's 64-row pass 10.6 ms a row; speed notes item 117)
+    "zen4-avx2-l2": dict(draft_pass=[0.30, 0.42, 0.52, 0.61], base=0.0299, per_ctx=0.000012, row=0.32, draft=0.30, draft_row=0.25, read=0.113,
+                         prefill_row=0.0097, prefill_quad=0.0000035,
+                         rows=[1.0, 1.13, 1.37, 1.68, 2.39, 2.76, 2.99, 3.06, 3.59, 3.64, 4.00, 4.25, 4.54, 4.61, 5.10,
+                               5.29, 6.12]),
     # the same with 5-8 rows on the direct path (item 109, tried and not taken: those passes 0.80-0.82 of
     # the unit's)
     "zen4-direct8": dict(base=0.0345, per_ctx=0.000012, row=0.15, draft=0.27, draft_row=0.10, read=0.073,
@@ -79,6 +86,22 @@ COSTS = {
                  prefill_quad=0.0000003, rows=[1.0, 1.072, 1.287, 1.812, 1.884, 2.012, 2.072, 2.167, 2.381, 2.49, 2.535,
                                                2.656, 2.797, 2.778, 2.932, 3.557, 3.867]),
 }
+
+
+def read_cost(cost: dict, n: int, merged: bool) -> float:
+    """The draft's read of n tokens before it proposes, in one-row target steps: where the machine
+    has a table of the draft's passes (draft_pass[r - 1]: a pass of r rows, then `read` a row
+    more), a pass of its own (`merged` False) or the extra rows of its first proposing pass
+    (True); else n reads at `read` each."""
+    if n <= 0:
+        return 0.0
+    table = cost.get("draft_pass")
+    if not table:
+        return n * cost["read"]
+
+    def passed(r: int) -> float:
+        return table[r - 1] if r <= len(table) else table[-1] + (r - len(table)) * cost["read"]
+    return passed(n + 1) - passed(1) if merged else passed(n)
 
 
 def verify_cost(cost: dict, k: int) -> float:
@@ -147,7 +170,8 @@ def _prefill(cost: dict, prompt: list[int], head: int) -> float:
 
 
 def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_window: int = FIRST_READ,
-               catchup_window: int = 16, peek: int = 0, guess: tuple[int, int] = (0, 0), head: int = 0) -> dict:
+               catchup_window: int = 16, peek: int = 0, guess: tuple[int, int] = (0, 0), head: int = 0,
+               merged: bool = True) -> dict:
     """One recorded answer through the decoder's loop with the real controller and lookup index:
     (standard seconds, speculative seconds, both with the prefill, and the prefill)."""
     from specdec_core.adaptive import AdaptiveDraftLength, StepOutcome
@@ -190,7 +214,7 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
                 # pick judges a short match: the same token, lookup copies on (the draft paid one
                 # token and its catch-up); another, the draft's run goes on from that token
                 catch_n = unread
-                catch_s = unread * cost["read"] * plain(ctx)
+                catch_s = read_cost(cost, unread, merged) * plain(ctx)
                 if emitted < n and pick[emitted] == found.tokens[0]:
                     draft_s = cost["draft"] * plain(ctx)
                     seen, fresh = ctx, False
@@ -203,7 +227,7 @@ def replay_one(rec: dict, cost: dict, policy_kw: dict, budget: int = 128, first_
                 source, tokens, match = LOOKUP, found_tokens, found.match
             elif plan.draft > 0:
                 source, catch_n = DRAFT, unread
-                catch_s = unread * cost["read"] * plain(ctx)  # (with a peek: the same read)
+                catch_s = read_cost(cost, unread, merged) * plain(ctx)  # (with a peek: the same read)
                 sure, expected, ok = 1.0, 0.0, True
                 # (a lever replayed, not in the decoder: speed notes item 105) with guess = (g, m),
                 # each of the draft's passes also feeds lookup's next g tokens after its chain (a
@@ -361,7 +385,7 @@ def replay(args) -> None:
     head = _template_head(recs) if args.head else 0
     for rec in recs:
         r = replay_one(rec, cost, kw, budget=args.budget, first_window=args.first_window, peek=args.peek,
-                       guess=tuple(args.guess), head=head)
+                       guess=tuple(args.guess), head=head, merged=not args.apart)
         dec_std = r["standard"] - r["prefill"]
         dec_spec = r["speculative"] - r["prefill"]
         ratio = dec_std / dec_spec if dec_spec > 0 else 1.0
@@ -396,6 +420,9 @@ def main() -> None:
     p.add_argument("--guess", type=int, nargs=2, default=(0, 0), metavar=("G", "M"),
                    help="the draft's passes also feed lookup's next G tokens after a match of M+")
     p.add_argument("--budget", type=int, default=128, help="the answers' token budget (the recordings' --max-new-tokens)")
+    p.add_argument("--apart", action="store_true",
+                   help="the draft reads what it has not seen in a pass of its own, not in its first proposing "
+                        "pass (the proposer before speed notes item 117)")
     p.add_argument("--first-window", type=int, default=FIRST_READ, help="the draft's first read window")
     p.add_argument("--head", action="store_true",
                    help="both models have read the template's head before the prompt (as the app and bench do)")
