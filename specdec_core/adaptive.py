@@ -44,9 +44,7 @@ The rule (README, "Adaptive draft length"):
    proposer's `unread`); "the rest of the answer" being as many tokens as the answer has had
    so far or, in a conversation, as the previous answer had (a first answer: 64, most run
    longer), whichever is more (at most 512, never past the budget): a long answer is likely
-   to go on, and a conversation's answers tend to be alike. An answer that began with more
-   than `first_read_max` (96) tokens the draft had not read -- a long message sent at once -- is
-   left to lookup: there the draft's read did not pay (speed notes, item 117). A step whose text the draft has not
+   to go on, and a conversation's answers tend to be alike. A step whose text the draft has not
    read pays that read apart (the proposal's catch-up), which counts in neither rate: it is
    the price of switching, not of the drafted tokens. Lookup reads nothing and may propose
    at once. The first step after the prefill is plain: it measures what not speculating
@@ -151,16 +149,6 @@ class AdaptiveDraftLength:
     # the common case without staking a read on the long tail (speed notes, item 48)
     first_answer_prior: int = 64
     read_margin: float = 1.5  # the savings must cover the read this many times over (a prediction, not a measurement)
-    # the longest first read the draft starts an answer with: an answer whose message the draft
-    # has not read and that is longer than this (a document, a passage to translate, code to
-    # edit, sent at once) is left to lookup and plain steps. Read ahead -- while the user
-    # writes, between turns -- the message costs the answer nothing and the draft starts as
-    # usual. On the tuning half, replayed, the 32 answers to such messages ran 0.96x
-    # (avx512vnni) / 0.94x (avx2) of lookup alone with the draft: lookup copies from a long
-    # message, and the draft's read of it (~10 / ~14 plain steps) did not pay (speed notes,
-    # item 117)
-    first_read_max: int = 96
-    message_unread: int | None = None  # what the draft had not read when the answer began
     # pseudo-counts for alpha (reporting): a prior of 0.6 worth a handful of tokens
     accepted: float = 3.0
     trials: float = 5.0
@@ -308,10 +296,6 @@ class AdaptiveDraftLength:
     def draft_predicted_to_pay(self, backlog: int, remaining: int | None) -> bool:
         """Start (or, after it lost, probe) the draft: do the tokens it is expected to save
         over the next tokens outweigh reading `backlog` tokens first?"""
-        if self.message_unread is None:
-            self.message_unread = backlog
-        if not self.draft_started and self.message_unread > self.first_read_max:
-            return False
         gain = self.predicted_gain()
         if gain <= 1.0:
             return False
