@@ -63,13 +63,15 @@ COSTS = {
                                                   3.84, 4.04, 4.24, 4.54, 4.64]),
     # the same VM and sitting with the blocks ahead hinted into L2 (item 116; zmm for every pass of
     # the target, passbench medians at context 256, interleaved with the parent's kernel)
-    "zen4-l2": dict(draft_pass=[0.32, 0.35, 0.50, 0.57], base=0.0265, per_ctx=0.000012, row=0.15, draft=0.33, draft_row=0.08, read=0.077, prefill_row=0.0065,
+    "zen4-l2": dict(draft_pass=[0.32, 0.35, 0.50, 0.57],  # the draft's 1-4-row passes (item 117)
+                    base=0.0265, per_ctx=0.000012, row=0.15, draft=0.33, draft_row=0.08, read=0.077, prefill_row=0.0065,
                     prefill_quad=0.000003, rows=[1.0, 1.04, 1.26, 1.48, 2.02, 2.22, 2.43, 2.63, 2.81, 2.95, 3.10, 3.38,
                                                  3.59, 3.80, 4.01, 4.22, 4.30]),
     # the same VM on 2026-12-07 (g), the avx2 build (passbench at context 256, medians, one process with
     # avx512vnni's: 1 row 33.0 ms against 30.9; the draft's one-row pass 10.0 ms, its 64-row read 3.7 ms a
     # token; the target's 64-row pass 10.6 ms a row; speed notes item 117)
-    "zen4-avx2-l2": dict(draft_pass=[0.30, 0.42, 0.52, 0.61], base=0.0299, per_ctx=0.000012, row=0.32, draft=0.30, draft_row=0.25, read=0.113,
+    "zen4-avx2-l2": dict(draft_pass=[0.30, 0.42, 0.52, 0.61], base=0.0299, per_ctx=0.000012, row=0.32, draft=0.30,
+                         draft_row=0.25, read=0.113,
                          prefill_row=0.0097, prefill_quad=0.0000035,
                          rows=[1.0, 1.13, 1.37, 1.68, 2.39, 2.76, 2.99, 3.06, 3.59, 3.64, 4.00, 4.25, 4.54, 4.61, 5.10,
                                5.29, 6.12]),

@@ -400,9 +400,10 @@ def test_the_draft_takes_the_threshold_of_each_length(tiny):
 
 
 def test_a_draft_catching_up_after_plain_steps_proposes_what_it_would_have_token_by_token(tiny):
-    # After plain target steps the draft has text it never read. It reads that backlog in a
-    # pass of its own (timed apart, so the adaptive controller does not charge it to the drafted
-    # tokens); the proposal must be exactly what a draft fed every token as it came would make.
+    # After plain target steps the draft has text it never read. It reads that backlog with its
+    # first drafted token (timed apart, so the adaptive controller does not charge it to the
+    # drafted tokens); the proposal must be exactly what a draft fed every token as it came would
+    # make.
     prompt, backlog = PROMPTS[0], [7, 9, 11, 12, 5]
     caught_up = DraftModelProposer(tiny.draft, tiny.vocab)
     caught_up.propose(prompt, DraftPlan(draft=2), SamplingParams(), torch.Generator())
@@ -418,9 +419,31 @@ def test_a_draft_catching_up_after_plain_steps_proposes_what_it_would_have_token
         steady.observe(ids, 0)
     a = caught_up.propose(ids, DraftPlan(draft=3), SamplingParams(), torch.Generator())
     b = steady.propose(ids, DraftPlan(draft=3), SamplingParams(), torch.Generator())
-    assert a.catchup_seconds > 0.0
+    assert a.catchup_tokens == len(backlog) and b.catchup_tokens == 0  # (its time: the next test)
     assert a.tokens == b.tokens
     torch.testing.assert_close(a.q_draft, b.q_draft, rtol=1e-5, atol=1e-6)
+
+
+def test_a_backlog_rides_in_the_first_drafting_pass_and_is_timed_apart(tiny, monkeypatch):
+    # a pass costs 10 ms and 1 ms a row fed: the first backlog, before any one-token pass was
+    # timed, is read in a pass of its own (its time exact); later ones ride in the first
+    # drafting pass, one pass fewer, and their time is that pass's less a one-token pass's
+    from clocks import WorkClock
+
+    clock = WorkClock({tiny.draft: (0.010, 0.001)}).install(monkeypatch)
+    prop = DraftModelProposer(tiny.draft, tiny.vocab, clock=clock)
+    prompt = PROMPTS[0]
+    first = prop.propose(prompt, DraftPlan(draft=3), SamplingParams(), torch.Generator())
+    assert first.forward_passes == 4  # the prompt but its last token, then 3 one-token passes
+    assert first.catchup_tokens == len(prompt) - 1
+    assert first.catchup_seconds == pytest.approx(0.010 + 0.001 * (len(prompt) - 1))
+    assert prop.one_row_seconds == pytest.approx(0.011)
+    prop.observe(prompt, 0)
+    ids = prompt + [7, 9, 11, 12, 5]  # plain steps' tokens it did not read
+    later = prop.propose(ids, DraftPlan(draft=3), SamplingParams(), torch.Generator())
+    assert later.forward_passes == 3  # the backlog fed with the first drafted token
+    assert later.catchup_tokens == 5  # the prompt's last token and four of the five: the fifth is fed for the logits
+    assert later.catchup_seconds == pytest.approx(0.001 * 5)  # its rows alone: no pass of its own
 
 
 class _Scripted:
