@@ -68,9 +68,9 @@ def test_without_reuse_every_prompt_pays_its_prefill(tiny):
         g = dec.generate(PROMPTS[1], DecodeSettings(max_new_tokens=6), prop).run()
         assert g.stats.reused_prompt_tokens == 0
         # both models read the whole prompt again: the target alone in step 0, the draft in
-        # step 1 with the target's first token -- the first time in a pass of its own and then
-        # the newest token with its first drafted one (no one-token pass timed yet), after that
-        # all in its first drafting pass
+        # step 1 with the target's first token -- the first time (no one-token pass timed yet)
+        # in a pass of its own, the newest token then fed with its first drafted one; after
+        # that all in its first drafting pass
         assert fed["target"][0] == len(PROMPTS[1])
         assert fed["draft"][0] == len(PROMPTS[1]) + turn
 

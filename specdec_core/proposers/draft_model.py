@@ -188,8 +188,8 @@ class DraftModelProposer:
             took = self.clock() - t
             if len(pending) == 1:
                 self.one_row_seconds = took if self.one_row_seconds is None else 0.7 * self.one_row_seconds + 0.3 * took
-            elif len(pending) > 2:  # the backlog read with this pass: its share of the time
-                catchup = max(took - (self.one_row_seconds or 0.0), 0.0)
+            elif len(pending) > 2:  # the backlog read with this pass (one_row_seconds is known)
+                catchup = max(took - self.one_row_seconds, 0.0)
             if constraint is not None:
                 logits = constraint.mask(logits[None], tokens, first=len(tokens))[0]
                 if not bool(torch.isfinite(logits).any()):
