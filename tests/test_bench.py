@@ -205,6 +205,29 @@ def test_speedups_are_per_prompt_ratios():
     assert f["identical"] == f["compared"] == 2
 
 
+def test_the_report_counts_and_names_the_prompts_below_the_floor():
+    """Issue 28's "never a loss" is per prompt: the summary keeps which prompts fell below 0.97x
+    of standard, lowest first (a ratio exactly at the floor is not a loss), and the geometric
+    mean; the headline says how many and names them."""
+    from specdec_core.bench.modes import build_modes
+    from specdec_core.bench.report import FLOOR, _floor_line, build_rows, summarize
+
+    modes = build_modes([2], None, False)
+    spec = "speculative k=2"
+    ratios = {"a": 1.5, "b": 0.96, "c": FLOOR, "d": 0.5}
+    prompts = [SimpleNamespace(id=p, category="chat") for p in ratios]
+    runs = [{"prompt_id": p, "category": "chat", "mode": m, "repeat": 0, "tokens_per_second": 100 * (r if m == spec else 1),
+             "identical_to_standard": True, "per_position_proposed": [], "per_position_accepted": []}
+            for p, r in ratios.items() for m in ("standard", spec)]
+    f = summarize(build_rows(runs, prompts, modes), modes)["overall"][spec]
+    assert [p for p, _ in f["below_floor"]] == ["d", "b"]
+    assert f["below_floor"][0][1] == pytest.approx(0.5) and f["speedup_vs_standard_compared"] == 4
+    assert f["speedup_vs_standard_geomean"] == pytest.approx((1.5 * 0.96 * FLOOR * 0.5) ** 0.25)
+    line = _floor_line(f, spec)
+    assert len(line) == 1 and "2 of 4 prompts below 0.97×" in line[0] and "d 0.50×, b 0.96×" in line[0]
+    assert _floor_line({k: v for k, v in f.items() if k != "below_floor"}, spec) == []  # an older report
+
+
 def test_hf_baseline_ignores_the_models_generation_config(tiny):
     """A repetition penalty in generation_config.json must not reach the baseline: greedy
     transformers generate() then equals our standard decoding token for token."""
