@@ -15,7 +15,11 @@ The rule (README, "Adaptive draft length"):
    proposing is accepted with at least that chance. The verification is measured per
    number of proposals (`verify_cost`), not as one cost per row: where a one-row step is
    memory-bound, the 2nd and 3rd rows come nearly free and the 4th does not (speed notes,
-   item 64), so the threshold is set per length (`confidence_steps`).
+   item 64), so the threshold is set per length (`confidence_steps`). Past the longest
+   length measured, each further row costs what a row of the prompt's prefill did (a long
+   pass, where rows no longer ride under the weights' reads), never less than the rows
+   measured so far: a two-row verification that happened to run as fast as a plain step must
+   not make a 17-row one look free (speed notes, item 121).
 3. Prompt lookup is judged per proposal, by the length n of the match it found (the last n
    tokens occurred before): what followed a 1-token match is rarely what comes next, what
    followed an 8-token match in an edit or a summary usually is (docs/speed-notes.md). For
@@ -170,6 +174,9 @@ class AdaptiveDraftLength:
     # (speed notes, item 64), which one cost per row cannot say
     verify_seen: dict[int, float] = field(default_factory=dict)
     prefill_row_seconds: float | None = None  # the prompt's prefill time per row (a prior for row_cost)
+    prefill_rows: int = 0  # the prompt's prefill: its rows and seconds (`long_row`)
+    prefill_seconds: float = 0.0
+    long_pass_min: int = 8  # a pass this long is past the rows a one-row step's reads hide (item 121)
     plain_rate: float | None = None  # tokens / s of plain steps
     draft_rate: float | None = None  # tokens / s of draft steps
     draft_step_cost: float | None = None  # a draft step's time (drafting + verification) in plain steps
@@ -238,7 +245,8 @@ class AdaptiveDraftLength:
 
     def verify_cost(self, k: int) -> float:
         """A verification of k proposals in plain steps: measured at k; else between the nearest
-        measured lengths; else on from the longest measured at a row's cost each."""
+        measured lengths; else on from the longest measured at a row's cost each -- the rows
+        measured so far, or a long pass's row (`long_row`) where that is dearer."""
         if k <= 0:
             return 1.0
         seen = self.verify_seen
@@ -248,7 +256,7 @@ class AdaptiveDraftLength:
         above = min((j for j in seen if j > k), default=None)
         at_below = seen.get(below, 1.0)
         if above is None:
-            return at_below + (k - below) * self.rows
+            return at_below + (k - below) * max(self.rows, self.long_row or 0.0)
         return at_below + (seen[above] - at_below) * (k - below) / (above - below)
 
     def step_costs(self, per_token: float) -> list[float]:
@@ -264,6 +272,17 @@ class AdaptiveDraftLength:
         if self.prefill_row_seconds is not None and self.plain_rate is not None:
             return self.prefill_row_seconds * self.plain_rate
         return 0.25
+
+    @property
+    def long_row(self) -> float | None:
+        """A row's cost in plain steps in a long pass: the prompt's prefill less one plain step,
+        over its other rows (None for a prefill too short to say, or before a plain step). The
+        first few rows of a verification come almost free where a one-row step is memory-bound;
+        a long one pays this per row (avx2 on the Zen 4 VM: rows 2-4 0.1-0.2 of a step each,
+        rows 5-17 ~0.25-0.3)."""
+        if self.prefill_rows < self.long_pass_min or self.plain_rate is None:
+            return None
+        return max(self.prefill_seconds * self.plain_rate - 1.0, 0.0) / (self.prefill_rows - 1)
 
     @property
     def draft_wins(self) -> bool:
@@ -405,6 +424,7 @@ class AdaptiveDraftLength:
         """The target's prompt pass: its time per row is a prior for a verified row's cost."""
         if rows > 1 and seconds > 0:
             self.prefill_row_seconds = seconds / rows
+            self.prefill_rows, self.prefill_seconds = rows, seconds
 
     def observe(self, o: StepOutcome) -> None:
         for m in o.margins or ():

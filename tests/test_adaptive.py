@@ -99,6 +99,29 @@ def test_a_verification_costs_what_was_measured_at_its_length():
     assert ctl.plan(0, 100).confidence_after(2) == steps[1]
 
 
+def test_a_long_verification_costs_at_least_a_row_of_the_prefill_each():
+    # the Zen 4 VM's avx2 build (speed notes, item 121): a 19-row prefill 6.5 plain steps, then a
+    # two-row verification that ran as fast as the plain step. Priced at the rows measured so
+    # far (0 each), a 3-token match's 12 proposals looked free and were staked on an
+    # 11-token answer (one kept, ~3 plain steps lost); past the longest length measured, a row
+    # costs at least what the prefill's rows did
+    ctl = AdaptiveDraftLength(sources=(LOOKUP, DRAFT))
+    ctl.observe_prefill(19, 6.5)
+    ctl.observe(StepOutcome("", 0, 0, 0.0, 1.0))
+    assert ctl.long_row == pytest.approx(5.5 / 18)
+    ctl.observe(StepOutcome(DRAFT, 1, 1, 0.3, 1.0))
+    assert ctl.row_cost == 0.0
+    assert ctl.verify_cost(12) == pytest.approx(1.0 + 11 * 5.5 / 18)
+    assert ctl.plan(0, 100).lookup[3] <= 2
+    # measured lengths still rule where they are known, and a short prefill says nothing
+    ctl.observe(StepOutcome(LOOKUP, 12, 12, 0.0, 2.0, match=8))
+    assert ctl.verify_cost(6) == pytest.approx(1.0 + 1.0 * 5 / 11)
+    short = AdaptiveDraftLength()
+    short.observe_prefill(4, 1.6)
+    short.observe(StepOutcome("", 0, 0, 0.0, 1.0))
+    assert short.long_row is None
+
+
 def test_a_draft_that_has_earned_nothing_proposes_what_its_ledger_can_lose():
     # rule 6 before the step: a costly draft's first steps propose one token, whose rejection
     # the budget can carry; as its steps earn, its runs lengthen

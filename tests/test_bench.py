@@ -182,6 +182,28 @@ def test_sampled_run_with_repeats(pair, prompt_file, tmp_path):
     assert "identical" not in header and "## Identical to standard" not in md
 
 
+def test_short_answers_run_more_repeats_until_standard_took_min_seconds(pair, prompt_file, tmp_path):
+    # a 12-token answer of the tiny pair takes milliseconds: 1000 s is never reached, so every
+    # prompt runs --max-repeats groups (each mode, the order rotating); a bound already reached
+    # after --repeats adds none
+    rc = bench(pair, prompt_file, tmp_path / "long", "--draft-tokens", "default", "--lookup-tokens", "none",
+               "--min-seconds", "1000", "--max-repeats", "3", "--warmup-tokens", "0")
+    assert rc == 0
+    rep = json.loads((tmp_path / "long" / "report.json").read_text())
+    assert rep["settings"]["min_seconds"] == 1000 and rep["settings"]["max_repeats"] == 3
+    assert len(rep["rows"]) == 4
+    for row in rep["rows"]:
+        assert [r["repeat"] for r in row["repeats"]] == [0, 1, 2]
+        assert [r["order"] for r in row["repeats"]] in ([0, 1, 0], [1, 0, 1])  # still rotating
+    assert "--min-seconds 1000 --max-repeats 3" in rep["command"]
+    assert "until standard's answers to a prompt took 1000 s" in (tmp_path / "long" / "report.md").read_text()
+    rc = bench(pair, prompt_file, tmp_path / "short", "--draft-tokens", "default", "--lookup-tokens", "none",
+               "--min-seconds", "1e-9", "--max-repeats", "3", "--warmup-tokens", "0")
+    assert rc == 0
+    rep = json.loads((tmp_path / "short" / "report.json").read_text())
+    assert all([r["repeat"] for r in row["repeats"]] == [0] for row in rep["rows"])
+
+
 def test_speedups_are_per_prompt_ratios():
     from specdec_core.bench.modes import build_modes
     from specdec_core.bench.report import build_rows, summarize
@@ -274,6 +296,9 @@ BAD = [
     (lambda tp: ["--draft-tokens", "2,four"], "--draft-tokens"),
     (lambda tp: ["--lookup-tokens", "-1"], "--lookup-tokens"),
     (lambda tp: ["--repeats", "0"], "--repeats must be >= 1"),
+    (lambda tp: ["--min-seconds", "-1"], "--min-seconds takes seconds >= 0"),
+    (lambda tp: ["--min-seconds", "nan"], "--min-seconds takes seconds >= 0"),
+    (lambda tp: ["--max-repeats", "0"], "--max-repeats must be >= 1"),
     (lambda tp: ["--temperature", "-1"], "temperature"),
     (lambda tp: ["--top-p", "0"], "top-p"),
     (lambda tp: ["--baseline", "vllm"], "--baseline takes a comma-separated list of hf, llama.cpp, none"),
