@@ -180,6 +180,8 @@ def build_report(raw: dict, prompts, modes: list[Mode], decode, settings: dict, 
             "top_p": s.top_p,
             "seed": decode.seed,
             "repeats": settings["repeats"],
+            "min_seconds": settings.get("min_seconds") or 0.0,
+            "max_repeats": settings.get("max_repeats"),
             "warmup_tokens": settings["warmup_tokens"],
             "baseline": settings["baseline"],
             "threads": settings["threads"],
@@ -319,7 +321,10 @@ def _about(v: _View) -> list[str]:
     L.append(f"- **settings:** {s['prompts']} prompts{half} ({', '.join(s['categories'])}), "
              f"max {s['max_new_tokens']} new tokens, temperature {s['temperature']}"
              + (f" (top-k {s['top_k']}, top-p {s['top_p']})" if not v.greedy else " (greedy)")
-             + f", {s['repeats']} repeat(s), warm-up {s['warmup_tokens']} tokens per mode (excluded)"
+             + f", {s['repeats']} repeat(s)"
+             + (f", more (up to {s['max_repeats']}) until standard's answers to a prompt took {s['min_seconds']:g} s"
+                if s.get("min_seconds") else "")
+             + f", warm-up {s['warmup_tokens']} tokens per mode (excluded)"
              + (f"; first turns: {s['first_turns']}" if s.get("first_turns") else "")
              + (f"; between turns: {s['between_turns']}" if s.get("between_turns") else "")
              + (f"; before the send: {s['before_the_send']}" if s.get("before_the_send") not in (None, "nothing read")

@@ -3,7 +3,9 @@
 For each prompt, for each repeat, every mode runs once in turn, so whatever the machine is
 doing (other processes, thermal state) is shared by all modes rather than landing on one.
 The mode order rotates by one position from one (prompt, repeat) group to the next, so no mode
-always runs first after a prompt change. Before the measured runs, every mode runs once on the
+always runs first after a prompt change. With `min_seconds` a prompt runs further repeats (up to
+`max_repeats`) until standard's answers to it add up to that time: short answers get the
+repeats their noise needs, long ones the `repeats` asked for. Before the measured runs, every mode runs once on the
 first prompt with a few tokens (warm-up: lazy initialisation, allocator growth, kernel choice);
 those runs are recorded separately and never enter the rows, tables or figures.
 
@@ -78,6 +80,11 @@ class RunSettings:
     read_ahead: bool = True
     # a single-turn prompt's message but its last paragraph is read before the send (module docstring)
     read_while_writing: bool = False
+    # a prompt runs more repeats (all modes, the order still rotating), up to max_repeats, until
+    # standard's answers (else the first mode's) add up to min_seconds: a 1-second answer's ratio from one sample
+    # moves +-15% with the machine (speed notes, item 121); 0: exactly `repeats`
+    min_seconds: float = 0.0
+    max_repeats: int = 8
 
 
 def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory, hf=None,
@@ -108,8 +115,12 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                 bar.update(1)
         group = 0
         turn_kinds: dict[tuple[str, int], str] = {}
+        timed = next((m for m in modes if m.name == STANDARD), modes[0])  # min_seconds counts its answers
         for prompt in prompts:
-            for r in range(settings.repeats):
+            spent, r = 0.0, 0
+            while r < settings.repeats or (spent < settings.min_seconds and r < settings.max_repeats):
+                if r >= settings.repeats:
+                    bar.total += len(modes)
                 shift = group % len(modes)
                 order = modes[shift:] + modes[:shift]
                 repeat = settings.decode.for_sample(r)
@@ -126,6 +137,8 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                         rec["repeat"] = r
                         rec["order"] = pos
                         turns[t][mode.name] = rec
+                        if mode is timed:
+                            spent += rec.get("generate_s") or 0.0
                     bar.update(1)
                 if prompt.conversation:
                     _name_turns(prompt, turns, turn_kinds)
@@ -137,6 +150,7 @@ def run_suite(engine, prompts, modes: list[Mode], settings: RunSettings, memory,
                         if mode.name in recs:
                             runs.append(_public(recs[mode.name]))
                 group += 1
+                r += 1
     finally:
         bar.close()
         gc.unfreeze()

@@ -44,6 +44,12 @@ def add_parser(sub) -> None:
     b.add_argument("--top-p", type=float, default=1.0, help="1 = off")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--repeats", type=int_at_least("--repeats"), default=3, help="runs per prompt and mode (default 3)")
+    b.add_argument("--min-seconds", type=float, default=0.0, metavar="S",
+                   help="repeat a prompt past --repeats (every mode, up to --max-repeats runs) until standard's "
+                        "answers to it add up to S seconds: a short answer's ratio from one run is mostly the "
+                        "machine's noise (default 0: exactly --repeats)")
+    b.add_argument("--max-repeats", type=int_at_least("--max-repeats"), default=8,
+                   help="the most runs per prompt and mode that --min-seconds may ask for (default 8)")
     b.add_argument("--warmup-tokens", type=int_at_least("--warmup-tokens", 0), default=16,
                    help="tokens per mode in the excluded warm-up run (0 = no warm-up)")
     b.add_argument("--cold-start", action="store_true",
@@ -89,7 +95,10 @@ def command_line(args, server: bool = False) -> str:
     parts += ["--temperature", f"{args.temperature:g}"]
     if args.temperature > 0:
         parts += ["--top-k", str(args.top_k), "--top-p", f"{args.top_p:g}", "--seed", str(args.seed)]
-    parts += ["--repeats", str(args.repeats), "--warmup-tokens", str(args.warmup_tokens)]
+    parts += ["--repeats", str(args.repeats)]
+    if local and getattr(args, "min_seconds", 0) > 0:
+        parts += ["--min-seconds", f"{args.min_seconds:g}", "--max-repeats", str(args.max_repeats)]
+    parts += ["--warmup-tokens", str(args.warmup_tokens)]
     if local and getattr(args, "cold_start", False):
         parts += ["--cold-start"]
     if local and getattr(args, "no_read_ahead", False):
@@ -136,6 +145,8 @@ def _plan(args) -> Plan:
                                 seed=args.seed)
     except ValueError as exc:
         raise BenchError(str(exc)) from None
+    if not 0 <= args.min_seconds < float("inf"):
+        raise BenchError(f"--min-seconds takes seconds >= 0, got {args.min_seconds:g}")
     cats = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     if args.categories is not None and not cats:
         raise BenchError("--categories: give at least one category name, e.g. code,chat")
@@ -194,11 +205,13 @@ def _run_local(args) -> int:
     writing = args.read_while_writing and head is not None and hasattr(engine, "read_prompt")
     with PeakMemory(engine.target_info.device) as memory:
         raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens, head,
-                                                            not args.no_read_ahead, writing),
+                                                            not args.no_read_ahead, writing,
+                                                            args.min_seconds, max(args.max_repeats, args.repeats)),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
     settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
-                "repeats": args.repeats, "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
+                "repeats": args.repeats, "min_seconds": args.min_seconds, "max_repeats": args.max_repeats,
+                "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads(),
                 "first_turns": "cold" if head is None else f"template head cached ({head} tokens)",
                 "between_turns": ("no read" if args.no_read_ahead or not hasattr(engine, "read_ahead") else
@@ -287,6 +300,9 @@ def _run_server(args) -> int:
         raise BenchError("--baseline compares local models on this machine; a server target has none (drop it)")
     if args.draft not in ("default", "none", ""):
         raise BenchError("--draft: a server target drafts with its own draft model (drop --draft)")
+    if args.min_seconds > 0:
+        raise BenchError("--min-seconds times standard beside the default on this machine; a server target has "
+                         "one mode (use --repeats)")
     plan = _plan(args)
     engine = open_from_args(args, need_draft=False)
     server = engine.server_info()
