@@ -5,9 +5,10 @@ doing (other processes, thermal state) is shared by all modes rather than landin
 The mode order rotates by one position from one (prompt, repeat) group to the next, so no mode
 always runs first after a prompt change. With `min_seconds` a prompt runs further repeats (up to
 `max_repeats`) until standard's answers to it add up to that time: short answers get the
-repeats their noise needs, long ones the `repeats` asked for. Before the measured runs, every mode runs once on the
-first prompt with a few tokens (warm-up: lazy initialisation, allocator growth, kernel choice);
-those runs are recorded separately and never enter the rows, tables or figures.
+repeats their noise needs, long ones the `repeats` asked for. Before the measured runs, every
+mode runs once on the first prompt with a few tokens (warm-up: lazy initialisation, allocator
+growth, kernel choice); those runs are recorded separately and never enter the rows, tables or
+figures.
 
 Timings (all time.perf_counter, seconds):
   latency_s   end to end: chat template + tokenization -> generation -> final text
@@ -81,8 +82,8 @@ class RunSettings:
     # a single-turn prompt's message but its last paragraph is read before the send (module docstring)
     read_while_writing: bool = False
     # a prompt runs more repeats (all modes, the order still rotating), up to max_repeats, until
-    # standard's answers (else the first mode's) add up to min_seconds: a 1-second answer's ratio from one sample
-    # moves +-15% with the machine (speed notes, item 121); 0: exactly `repeats`
+    # standard's answers (else the first mode's) add up to min_seconds: a 1-second answer's
+    # ratio from one run moves +-15% with the machine (speed notes, item 121); 0: `repeats`
     min_seconds: float = 0.0
     max_repeats: int = 8
 

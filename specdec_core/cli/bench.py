@@ -210,7 +210,8 @@ def _run_local(args) -> int:
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
     settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
-                "repeats": args.repeats, "min_seconds": args.min_seconds, "max_repeats": args.max_repeats,
+                "repeats": args.repeats, "min_seconds": args.min_seconds,
+                "max_repeats": max(args.max_repeats, args.repeats),
                 "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads(),
                 "first_turns": "cold" if head is None else f"template head cached ({head} tokens)",
