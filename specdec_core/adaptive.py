@@ -173,8 +173,8 @@ class AdaptiveDraftLength:
     # one-row step is memory-bound a few more rows come almost free and the next ones do not
     # (speed notes, item 64), which one cost per row cannot say
     verify_seen: dict[int, float] = field(default_factory=dict)
-    prefill_row_seconds: float | None = None  # the prompt's prefill time per row (a prior for row_cost)
-    prefill_rows: int = 0  # the prompt's prefill: its rows and seconds (`long_row`)
+    # the prompt's prefill: its rows and seconds (per row a prior for row_cost; `long_row`)
+    prefill_rows: int = 0
     prefill_seconds: float = 0.0
     long_pass_min: int = 8  # a pass this long is past the rows a one-row step's reads hide (item 121)
     plain_rate: float | None = None  # tokens / s of plain steps
@@ -269,8 +269,8 @@ class AdaptiveDraftLength:
         """A verified row's cost in plain steps: measured, else the prompt's prefill per row."""
         if self.row_cost is not None:
             return self.row_cost
-        if self.prefill_row_seconds is not None and self.plain_rate is not None:
-            return self.prefill_row_seconds * self.plain_rate
+        if self.prefill_rows and self.plain_rate is not None:
+            return self.prefill_seconds / self.prefill_rows * self.plain_rate
         return 0.25
 
     @property
@@ -423,7 +423,6 @@ class AdaptiveDraftLength:
     def observe_prefill(self, rows: int, seconds: float) -> None:
         """The target's prompt pass: its time per row is a prior for a verified row's cost."""
         if rows > 1 and seconds > 0:
-            self.prefill_row_seconds = seconds / rows
             self.prefill_rows, self.prefill_seconds = rows, seconds
 
     def observe(self, o: StepOutcome) -> None:

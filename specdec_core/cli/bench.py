@@ -203,15 +203,16 @@ def _run_local(args) -> int:
     # first turns start from the template's head, as a new chat in the app (runner.py)
     head = None if args.cold_start or not hasattr(engine, "template_head") else len(engine.template_head)
     writing = args.read_while_writing and head is not None and hasattr(engine, "read_prompt")
+    max_repeats = max(args.max_repeats, args.repeats)  # --min-seconds never runs fewer than --repeats
     with PeakMemory(engine.target_info.device) as memory:
         raw = run_suite(engine, prompts, modes, RunSettings(plan.decode, args.repeats, args.warmup_tokens, head,
                                                             not args.no_read_ahead, writing,
-                                                            args.min_seconds, max(args.max_repeats, args.repeats)),
+                                                            args.min_seconds, max_repeats),
                         memory, hf, progress=not args.no_progress, near_tie=near_tie, llama=llama)
     machine["load_average_end"] = load_average()
     settings = {"prompt_file": _prompt_file(args.prompts), "split": args.split,
                 "repeats": args.repeats, "min_seconds": args.min_seconds,
-                "max_repeats": max(args.max_repeats, args.repeats),
+                "max_repeats": max_repeats,
                 "warmup_tokens": args.warmup_tokens, "baseline": args.baseline,
                 "threads": torch.get_num_threads(),
                 "first_turns": "cold" if head is None else f"template head cached ({head} tokens)",
